@@ -1,0 +1,14 @@
+"""dpedu: the helper package behind the data-parallel training course.
+
+Public API (stable names that notebooks and outside checks rely on):
+- ``launch``: run a function on several ranks from a notebook cell (lesson 00 on).
+- ``RankFailedError``, ``LaunchTimeoutError``: what ``launch`` raises when a rank fails or hangs.
+- ``environment_report``: versions, cores, GPUs and distributed backends of this machine.
+- ``use_course_style``: the course's matplotlib style.
+"""
+
+from dpedu.environment import environment_report
+from dpedu.launcher import LaunchTimeoutError, RankFailedError, launch
+from dpedu.plotting import use_course_style
+
+__all__ = ["launch", "RankFailedError", "LaunchTimeoutError", "environment_report", "use_course_style"]

@@ -1,0 +1,75 @@
+"""The course map: one list of lessons that the README figure and lesson 00 both draw from."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+
+class Lesson(NamedTuple):
+    number: int
+    title: str
+    part: str
+
+
+LESSONS: tuple[Lesson, ...] = (
+    Lesson(0, "Welcome and your machine", "Foundations"),
+    Lesson(1, "GD, SGD and mini-batch SGD", "Foundations"),
+    Lesson(2, "Data parallelism by hand, nn.DataParallel", "Data parallelism"),
+    Lesson(3, "Multi-process DDP from a notebook", "Data parallelism"),
+    Lesson(4, "Collectives and all-reduce from scratch", "Data parallelism"),
+    Lesson(5, "Asynchronous updates, stale gradients", "Training at scale"),
+    Lesson(6, "Batch size and learning rate", "Training at scale"),
+    Lesson(7, "BatchNorm and randomness across ranks", "Training at scale"),
+    Lesson(8, "Scaling out, and when things go wrong", "In production"),
+    Lesson(9, "Beyond plain data parallelism", "In production"),
+)
+
+
+def draw_course_map(path: str | Path | None = None):
+    """Draw the lessons as a path through the course's four parts; save to ``path`` if given."""
+    import matplotlib.pyplot as plt
+
+    from dpedu.plotting import PALETTE
+
+    parts = list(dict.fromkeys(lesson.part for lesson in LESSONS))
+    fig, ax = plt.subplots(figsize=(10, 4.2))
+    for lesson in LESSONS:
+        x, y = lesson.number % 5, -(lesson.number // 5)
+        color = PALETTE[parts.index(lesson.part)]
+        ax.add_patch(plt.Rectangle((x * 2.1, y * 1.6), 1.9, 1.1, color=color, alpha=0.18, lw=0))
+        ax.add_patch(plt.Rectangle((x * 2.1, y * 1.6), 1.9, 1.1, fill=False, edgecolor=color, lw=1.5))
+        ax.text(x * 2.1 + 0.95, y * 1.6 + 0.78, f"{lesson.number:02d}", ha="center", fontsize=13,
+                weight="bold", color=color)
+        ax.text(x * 2.1 + 0.95, y * 1.6 + 0.36, _wrap(lesson.title), ha="center", va="center", fontsize=8)
+        if lesson.number % 5 != 4:
+            ax.annotate("", (x * 2.1 + 2.08, y * 1.6 + 0.55), (x * 2.1 + 1.92, y * 1.6 + 0.55),
+                        arrowprops={"arrowstyle": "->", "color": "0.4"})
+    handles = [plt.Rectangle((0, 0), 1, 1, color=PALETTE[i], alpha=0.5) for i in range(len(parts))]
+    ax.legend(handles, parts, loc="lower center", ncol=len(parts), frameon=False, bbox_to_anchor=(0.5, -0.12))
+    ax.set_xlim(-0.1, 10.4)
+    ax.set_ylim(-1.75, 1.2)
+    ax.set_axis_off()
+    ax.set_title("dpedu: ten lessons from one process to many", fontsize=13)
+    if path is not None:
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+    return fig
+
+
+def _wrap(title: str, width: int = 22) -> str:
+    lines, line = [], ""
+    for word in title.split():
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}".strip()
+    return "\n".join(lines + [line])
+
+
+if __name__ == "__main__":  # python -m dpedu.course images/course_map.png
+    import matplotlib
+
+    matplotlib.use("Agg")
+    draw_course_map(sys.argv[1] if len(sys.argv) > 1 else "images/course_map.png")

@@ -1,0 +1,243 @@
+"""Run a function on several ranks from a notebook cell: ``dpedu.launch``.
+
+Each rank is a real process with ``torch.distributed`` initialised, the way ``torchrun`` would start
+it, so everything a lesson shows about processes, ranks and collectives is the real thing. On top of
+what a plain ``mp.spawn`` gives, ``launch`` guarantees what a classroom needs:
+
+- rank outputs appear in the cell, labelled and in rank order (so stored notebook outputs reproduce);
+- an exception in any rank is raised in the caller with that rank's traceback, and stops the others;
+- a rank stuck in a collective is stopped after ``timeout`` seconds;
+- no child process outlives the call, whatever happens (error, timeout, Ctrl-C / kernel interrupt).
+
+The child side (what runs inside each rank) lives in :mod:`dpedu._rank`.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+import os
+import pickle
+import signal
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import wait
+from typing import Any
+
+import cloudpickle
+import torch
+
+from dpedu import _rank
+from dpedu._rank import RankFailedError
+
+__all__ = ["launch", "LaunchTimeoutError", "RankFailedError", "choose_start_method"]
+
+_BACKENDS = ("gloo", "nccl")  # mpi needs ranks started by mpirun (lesson 08), not by launch
+_said_why: set[str] = set()
+
+
+class LaunchTimeoutError(TimeoutError):
+    """Some ranks did not finish within the launch's ``timeout``; ``unfinished`` lists them."""
+
+    def __init__(self, unfinished: list[int], timeout: float):
+        self.unfinished = unfinished
+        super().__init__(
+            f"rank(s) {unfinished} did not finish within timeout={timeout:g} s and were stopped "
+            "(a rank waiting in a collective that another rank never joins waits forever)"
+        )
+
+
+def choose_start_method(start_method: str | None = None) -> tuple[str, str | None]:
+    """Return ``(method, why_not_fork)``: fork where it is safe, else spawn with the reason.
+
+    Fork is fast (the child already has torch imported) but unsafe once CUDA is initialised, and
+    unavailable or unreliable off Linux. ``spawn`` re-imports torch in every child (seconds), but
+    with cloudpickle it still runs functions defined in a notebook cell.
+    """
+    forced = start_method or mp.get_start_method(allow_none=True)
+    if forced is not None:
+        if forced not in mp.get_all_start_methods():
+            raise ValueError(f"start_method must be one of {mp.get_all_start_methods()}, got {forced!r}")
+        return forced, None if forced == "fork" else f"the start method {forced!r} was requested"
+    if not sys.platform.startswith("linux"):
+        return "spawn", f"fork is not reliable on {sys.platform}"
+    if torch.cuda.is_initialized():
+        return "spawn", "CUDA is already initialised in this process, and a forked child cannot use it"
+    return "fork", None
+
+
+def _default_backend(world_size: int) -> str:
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    nccl = torch.distributed.is_available() and torch.distributed.is_nccl_available()
+    return "nccl" if nccl and gpus >= world_size else "gloo"
+
+
+def _check_arguments(fn: Any, world_size: Any, args: Any, timeout: Any, backend: Any, threads: Any) -> bytes:
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+    if not isinstance(args, (tuple, list)):
+        raise TypeError(f"args must be a tuple of arguments for fn, got {type(args).__name__}")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or timeout <= 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if backend is not None and backend not in _BACKENDS:
+        raise ValueError(f"backend must be None or one of {_BACKENDS}, got {backend!r}")
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads_per_rank must be a positive int, got {threads!r}")
+    try:  # every start method gets the same rule: what cannot be pickled cannot be sent
+        return cloudpickle.dumps((fn, tuple(args)))
+    except Exception as exc:
+        raise TypeError(f"fn or args cannot be sent to the ranks (not picklable): {exc}") from None
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _stop(processes: Sequence[mp.process.BaseProcess], exit_grace: float = 0.0, grace: float = 1.0) -> None:
+    """Give ranks ``exit_grace`` s to exit, then terminate and kill them and their children; reap all."""
+    deadline = time.monotonic() + exit_grace
+    for p in processes:
+        if p.pid is not None:
+            p.join(max(0.0, deadline - time.monotonic()))
+    for sig in (signal.SIGTERM, getattr(signal, "SIGKILL", signal.SIGTERM)):
+        for p in processes:
+            if p.pid is None:
+                continue
+            try:  # each rank leads its own process group, so this also reaches its children
+                os.killpg(p.pid, sig)
+            except (ProcessLookupError, PermissionError, AttributeError, OSError):
+                if p.exitcode is None:
+                    p.terminate() if sig == signal.SIGTERM else p.kill()
+        deadline = time.monotonic() + grace
+        for p in processes:
+            if p.pid is not None:
+                p.join(max(0.0, deadline - time.monotonic()))
+    for p in processes:
+        if p.pid is not None:
+            p.join()
+            p.close()
+
+
+def launch(
+    fn: Callable[..., Any],
+    world_size: int,
+    args: Sequence[Any] = (),
+    *,
+    timeout: float = 60.0,
+    backend: str | None = None,
+    stream: bool = False,
+    threads_per_rank: int = 1,
+    start_method: str | None = None,
+) -> list[Any]:
+    """Run ``fn(*args)`` on ``world_size`` ranks and return their results, indexed by rank.
+
+    Every rank has ``torch.distributed`` initialised (``backend``: nccl when each rank can have its
+    own GPU, else gloo), the torchrun variables ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+    ``MASTER_ADDR`` and ``MASTER_PORT`` set, ``threads_per_rank`` CPU threads, and its process group
+    destroyed at the end. Printed output is shown labelled ``[rank r]``: in rank order once all
+    ranks are done, or live with ``stream=True``.
+
+    Raises ``RankFailedError`` (naming the rank, carrying its traceback) as soon as a rank fails,
+    and ``LaunchTimeoutError`` when ranks are still running after ``timeout`` seconds. In every
+    case, Ctrl-C included, all child processes are stopped and reaped before this returns.
+    Seed inside ``fn``: with the spawn start method ranks do not inherit the caller's RNG state.
+    """
+    payload = _check_arguments(fn, world_size, args, timeout, backend, threads_per_rank)
+    method, why_not_fork = choose_start_method(start_method)
+    if why_not_fork and why_not_fork not in _said_why:
+        _said_why.add(why_not_fork)
+        print(f"dpedu.launch: starting ranks with {method!r}, not 'fork', because {why_not_fork}; "
+              "each rank imports torch itself, so start-up takes a few seconds.", file=sys.stderr)
+    backend = backend or _default_backend(world_size)
+    ctx = mp.get_context(method)
+    deadline = time.monotonic() + timeout
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": str(world_size)}
+    with tempfile.TemporaryDirectory(prefix="dpedu-launch-") as logdir:
+        outputs = [_rank.RankOutput(logdir, r) for r in range(world_size)]
+        processes, readers = [], []
+        try:
+            for r in range(world_size):
+                reader, writer = ctx.Pipe(duplex=False)
+                spec = _rank.RankSpec(r, world_size, backend, timeout, threads_per_rank, env, logdir)
+                # not daemonic: a rank may start processes of its own (DataLoader workers, Hogwild)
+                p = ctx.Process(target=_rank.run_rank, args=(spec, payload, writer, os.getpid()),
+                                name=f"dpedu-rank-{r}")
+                with warnings.catch_warnings():  # Python 3.12+ frowns on forking a threaded kernel;
+                    warnings.simplefilter("ignore", DeprecationWarning)  # the child never uses them
+                    p.start()
+                writer.close()
+                processes.append(p)
+                readers.append(reader)
+            results = _collect(processes, readers, outputs, deadline, timeout, stream)
+        except BaseException:  # rank failure, timeout or Ctrl-C: stop everything now
+            _stop(processes)
+            raise
+        else:  # every rank reported; let them tear down their process groups and exit
+            _stop(processes, exit_grace=5.0)
+        finally:
+            _rank.show_outputs(outputs, final=True)
+    return results
+
+
+def _collect(processes, readers, outputs, deadline, timeout, stream) -> list[Any]:
+    """Wait for every rank's report; fail fast on the first error, a silent death or the deadline."""
+    results: list[Any] = [None] * len(processes)
+    pending = {reader: rank for rank, reader in enumerate(readers)}
+    sentinels = {p.sentinel: rank for rank, p in enumerate(processes)}
+    while pending:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise LaunchTimeoutError(sorted(pending.values()), timeout)
+        ready = wait(list(pending) + [s for s, r in sentinels.items() if r in pending.values()],
+                     timeout=min(left, 0.05) if stream else left)
+        if stream:
+            _rank.show_outputs(outputs, final=False)
+        errors = []
+        for reader in [r for r in ready if r in pending]:
+            rank = pending.pop(reader)
+            try:
+                status, value = pickle.loads(reader.recv_bytes())
+            except EOFError:  # the pipe closed with no report: the rank died
+                raise _died(processes[rank], rank) from None
+            if status == "error":
+                errors.append((value[2], rank, value[:2]))
+            else:
+                results[rank] = value
+        if errors:  # a failure makes its peers' collectives fail too: blame the earliest report
+            errors += [(value[2], rank, value[:2]) for rank, (status, value) in _reports_sent(pending)
+                       if status == "error"]
+            _, rank, (summary, remote_traceback) = min(errors)
+            raise RankFailedError(rank, summary, remote_traceback)
+        for sentinel in ready:
+            rank = sentinels.get(sentinel)
+            if rank in pending.values() and not readers[rank].poll():
+                raise _died(processes[rank], rank)  # (poll: a report sent just before exiting is read)
+    return results
+
+
+def _reports_sent(pending: dict) -> list[tuple[int, tuple[str, Any]]]:
+    """The reports already waiting in the pipes of ``pending`` ranks, read without blocking."""
+    reports = []
+    for reader, rank in pending.items():
+        try:
+            if reader.poll():
+                reports.append((rank, pickle.loads(reader.recv_bytes())))
+        except (EOFError, OSError):  # closed without a report: that rank died, which is not the cause
+            pass
+    return reports
+
+
+def _died(process: mp.process.BaseProcess, rank: int) -> RankFailedError:
+    process.join(1.0)
+    code = process.exitcode
+    how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
+    return RankFailedError(rank, f"the process ended ({how}) without returning a result", "")
