@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+import subprocess
 import sys
 from dataclasses import dataclass
 
@@ -35,16 +37,35 @@ class EnvironmentReport:
                 f"torch.distributed backends: {backends}")
 
 
-def environment_report() -> EnvironmentReport:
-    """Versions, cores, GPUs with their memory, and which torch.distributed backends are built in.
+_READ_GPUS = """
+import json, torch
+print(json.dumps([[p.name, p.total_memory] for p in map(torch.cuda.get_device_properties,
+                                                        range(torch.cuda.device_count()))]))
+"""
 
-    Reading GPU properties initialises CUDA; ``dpedu.launch`` then starts ranks with spawn.
+
+def _gpus() -> tuple[GPU, ...]:
+    """Each GPU's name and memory, read without initialising CUDA in this process.
+
+    A process with CUDA initialised can no longer fork ranks that use it (``dpedu.launch`` would
+    fall back to the slower spawn), so unless CUDA is already up the properties are read in a
+    short-lived child process.
     """
-    gpus = tuple(
-        GPU(i, props.name, props.total_memory / 2**30)
-        for i in range(torch.cuda.device_count() if torch.cuda.is_available() else 0)
-        for props in [torch.cuda.get_device_properties(i)]
-    )
+    if not torch.cuda.is_available():
+        return ()
+    if torch.cuda.is_initialized():
+        found = [[p.name, p.total_memory] for p in map(torch.cuda.get_device_properties,
+                                                       range(torch.cuda.device_count()))]
+    else:
+        out = subprocess.run([sys.executable, "-c", _READ_GPUS], capture_output=True, text=True,
+                             timeout=120, check=True).stdout
+        found = json.loads(out.strip().splitlines()[-1])
+    return tuple(GPU(i, name, memory / 2**30) for i, (name, memory) in enumerate(found))
+
+
+def environment_report() -> EnvironmentReport:
+    """Versions, cores, GPUs with their memory, and which torch.distributed backends are built in."""
+    gpus = _gpus()
     available = dist.is_available()
     backends = {
         "gloo": available and dist.is_gloo_available(),
@@ -55,6 +76,3 @@ def environment_report() -> EnvironmentReport:
     return EnvironmentReport(platform.python_version(), torch.__version__,
                              f"{platform.system()} {platform.machine()}", cores, gpus, backends)
 
-
-if __name__ == "__main__":
-    print(environment_report(), file=sys.stdout)

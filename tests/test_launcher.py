@@ -146,9 +146,10 @@ def skip_the_collective_on_rank1():
 
 
 def test_a_peer_that_left_makes_the_collective_fail_fast_not_hang():
-    with pytest.raises(RankFailedError, match="Connection closed by peer") as info:
+    start = time.monotonic()
+    with pytest.raises(RankFailedError, match="(closed|reset) by peer") as info:
         launch(skip_the_collective_on_rank1, 2, timeout=30)
-    assert info.value.rank == 0
+    assert info.value.rank == 0 and time.monotonic() - start < 10
 
 
 def exit_without_result(code):
