@@ -93,6 +93,7 @@ def _capture_output(logdir: str, rank: int) -> None:
 
 def _die_with_parent(parent_pid: int) -> None:
     """Own a process group (so the parent can stop our children too) and die if the parent dies."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # the parent held Ctrl-C back while starting us
     if hasattr(os, "setpgid"):
         os.setpgid(0, 0)
     if sys.platform.startswith("linux"):

@@ -21,9 +21,11 @@ import pickle
 import signal
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from multiprocessing.connection import wait
 from typing import Any
 
@@ -165,18 +167,19 @@ def launch(
         outputs = [_rank.RankOutput(logdir, r) for r in range(world_size)]
         processes, readers = [], []
         try:
-            for r in range(world_size):
-                reader, writer = ctx.Pipe(duplex=False)
-                spec = _rank.RankSpec(r, world_size, backend, timeout, threads_per_rank, env, logdir)
-                # not daemonic: a rank may start processes of its own (DataLoader workers, Hogwild)
-                p = ctx.Process(target=_rank.run_rank, args=(spec, payload, writer, os.getpid()),
-                                name=f"dpedu-rank-{r}")
-                with warnings.catch_warnings():  # Python 3.12+ frowns on forking a threaded kernel;
-                    warnings.simplefilter("ignore", DeprecationWarning)  # the child never uses them
-                    p.start()
-                writer.close()
-                processes.append(p)
-                readers.append(reader)
+            with _interrupts_deferred():  # a Ctrl-C now would leave a started rank unrecorded
+                for r in range(world_size):
+                    reader, writer = ctx.Pipe(duplex=False)
+                    spec = _rank.RankSpec(r, world_size, backend, timeout, threads_per_rank, env, logdir)
+                    # not daemonic: a rank may start processes of its own (DataLoader workers, Hogwild)
+                    p = ctx.Process(target=_rank.run_rank, args=(spec, payload, writer, os.getpid()),
+                                    name=f"dpedu-rank-{r}")
+                    with warnings.catch_warnings():  # Python 3.12+ frowns on forking a threaded kernel;
+                        warnings.simplefilter("ignore", DeprecationWarning)  # the child never uses them
+                        p.start()
+                    writer.close()
+                    processes.append(p)
+                    readers.append(reader)
             results = _collect(processes, readers, outputs, deadline, timeout, stream)
         except BaseException:  # rank failure, timeout or Ctrl-C: stop everything now
             _stop(processes)
@@ -188,6 +191,24 @@ def launch(
     return results
 
 
+@contextmanager
+def _interrupts_deferred():
+    """Hold back SIGINT inside the block and deliver it at the end, so the block runs whole."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received and callable(previous):
+        previous(signal.SIGINT, received[0])  # Python's default handler raises KeyboardInterrupt
+    elif received and previous != signal.SIG_IGN:
+        raise KeyboardInterrupt
+
+
 def _collect(processes, readers, outputs, deadline, timeout, stream) -> list[Any]:
     """Wait for every rank's report; fail fast on the first error, a silent death or the deadline."""
     results: list[Any] = [None] * len(processes)
@@ -197,8 +218,10 @@ def _collect(processes, readers, outputs, deadline, timeout, stream) -> list[Any
         left = deadline - time.monotonic()
         if left <= 0:
             raise LaunchTimeoutError(sorted(pending.values()), timeout)
+        # Short slices: a signal (Ctrl-C, a kernel interrupt) may be taken by another thread of this
+        # process, and then only the main thread's next bytecode raises KeyboardInterrupt.
         ready = wait(list(pending) + [s for s, r in sentinels.items() if r in pending.values()],
-                     timeout=min(left, 0.05) if stream else left)
+                     timeout=min(left, 0.05))
         if stream:
             _rank.show_outputs(outputs, final=False)
         errors = []
@@ -212,16 +235,29 @@ def _collect(processes, readers, outputs, deadline, timeout, stream) -> list[Any
                 errors.append((value[2], rank, value[:2]))
             else:
                 results[rank] = value
-        if errors:  # a failure makes its peers' collectives fail too: blame the earliest report
-            errors += [(value[2], rank, value[:2]) for rank, (status, value) in _reports_sent(pending)
-                       if status == "error"]
-            _, rank, (summary, remote_traceback) = min(errors)
-            raise RankFailedError(rank, summary, remote_traceback)
+        if errors:
+            raise _first_failure(errors, pending, processes)
         for sentinel in ready:
             rank = sentinels.get(sentinel)
             if rank in pending.values() and not readers[rank].poll():
                 raise _died(processes[rank], rank)  # (poll: a report sent just before exiting is read)
     return results
+
+
+def _first_failure(errors: list, pending: dict, processes) -> RankFailedError:
+    """Tell the failure that came first from those it caused: a failing rank makes its peers fail too.
+
+    A rank that died without a report (killed, crashed) goes first: its death closed the connections
+    its peers then failed on. Otherwise the earliest report is the cause.
+    """
+    wait([processes[rank].sentinel for rank in pending.values()], timeout=0.2)  # a death shows at once
+    reports = dict(_reports_sent(pending))
+    for rank in sorted(pending.values()):
+        if rank not in reports and processes[rank].exitcode is not None:
+            return _died(processes[rank], rank)
+    errors += [(value[2], rank, value[:2]) for rank, (status, value) in reports.items() if status == "error"]
+    _, rank, (summary, remote_traceback) = min(errors)
+    return RankFailedError(rank, summary, remote_traceback)
 
 
 def _reports_sent(pending: dict) -> list[tuple[int, tuple[str, Any]]]:
@@ -231,7 +267,7 @@ def _reports_sent(pending: dict) -> list[tuple[int, tuple[str, Any]]]:
         try:
             if reader.poll():
                 reports.append((rank, pickle.loads(reader.recv_bytes())))
-        except (EOFError, OSError):  # closed without a report: that rank died, which is not the cause
+        except (EOFError, OSError):  # closed without a report: the rank died
             pass
     return reports
 

@@ -194,7 +194,19 @@ def sleep_forever():
     time.sleep(600)
 
 
-def test_keyboard_interrupt_stops_every_rank_and_the_next_call_works():
+@pytest.fixture
+def ctrl_c_raises():
+    """Ctrl-C raises KeyboardInterrupt, as in a terminal or a Jupyter kernel.
+
+    A shell ignores SIGINT in its background jobs, and Python keeps it ignored, so a test run
+    started that way (as CI may be) would otherwise never see the interrupt.
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_keyboard_interrupt_stops_every_rank_and_the_next_call_works(ctrl_c_raises):
     timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
     start = time.monotonic()
@@ -271,3 +283,32 @@ def test_spawn_fallback_runs_functions_defined_in_a_notebook_cell(capsys):
     captured = capsys.readouterr()
     assert captured.err.count("starting ranks with 'spawn'") == 1  # said once, not every call
     assert "[rank 1] spawned rank 1" in captured.out
+
+
+def test_an_interrupt_while_ranks_start_is_delivered_once_all_are_recorded(monkeypatch, ctrl_c_raises):
+    real_start = mp.process.BaseProcess.start
+
+    def start_then_interrupt(process):
+        real_start(process)
+        os.kill(os.getpid(), signal.SIGINT)  # arrives between starting a rank and recording it
+
+    monkeypatch.setattr(mp.process.BaseProcess, "start", start_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        launch(sleep_forever, 2, timeout=120)
+    monkeypatch.undo()
+    assert mp.active_children() == []
+
+
+def test_an_ignored_ctrl_c_stays_ignored(monkeypatch):
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    real_start = mp.process.BaseProcess.start
+
+    def start_then_interrupt(process):
+        real_start(process)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(mp.process.BaseProcess, "start", start_then_interrupt)
+    try:
+        assert launch(all_reduce_rank_plus_one, 2) == [3.0, 3.0]
+    finally:
+        signal.signal(signal.SIGINT, previous)
