@@ -1,8 +1,4 @@
-"""Checks for the exercises at the end of each lesson: each computes the answer, then compares.
-
-A check prints what is right or what to look at, and returns True or False, so that a learner can
-run it as often as they like. Checks are named ``lessonNN_topic``.
-"""
+"""Checks for lesson 00's exercises: all-reduce results, computed by a real launch."""
 
 from __future__ import annotations
 
@@ -11,12 +7,8 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
+from dpedu.exercises import verdict
 from dpedu.launcher import launch
-
-
-def _verdict(ok: bool, hint: str) -> bool:
-    print("Correct." if ok else f"Not yet: {hint}")
-    return ok
 
 
 def _all_reduce_rank_plus_one(op_name: str) -> float:
@@ -25,19 +17,19 @@ def _all_reduce_rank_plus_one(op_name: str) -> float:
     return value.item()
 
 
-def lesson00_sum_formula(formula: Callable[[int], float], world_sizes: tuple[int, ...] = (1, 2, 3, 4)) -> bool:
+def sum_formula(formula: Callable[[int], float], world_sizes: tuple[int, ...] = (1, 2, 3, 4)) -> bool:
     """``formula(n)`` should give what all-reducing ``rank + 1`` with SUM returns on n ranks."""
     measured = {n: launch(_all_reduce_rank_plus_one, n, args=("SUM",))[0] for n in world_sizes}
     wrong = {n: got for n, got in measured.items() if formula(n) != got}
-    return _verdict(not wrong, f"on {sorted(wrong)} ranks the all-reduce gave {list(wrong.values())}")
+    return verdict(not wrong, f"on {sorted(wrong)} ranks the all-reduce gave {list(wrong.values())}")
 
 
-def lesson00_predict(op_name: str, world_size: int, prediction: float) -> bool:
+def predict(op_name: str, world_size: int, prediction: float) -> bool:
     """Predict what all-reducing ``rank + 1`` with ``ReduceOp.<op_name>`` gives on ``world_size`` ranks."""
     if op_name not in ("SUM", "PRODUCT", "MIN", "MAX"):
         raise ValueError(f"op_name must be one of SUM, PRODUCT, MIN, MAX, got {op_name!r}")
     if isinstance(world_size, bool) or not isinstance(world_size, int) or not 1 <= world_size <= 8:
         raise ValueError(f"world_size must be an int from 1 to 8, got {world_size!r}")
     got = launch(_all_reduce_rank_plus_one, world_size, args=(op_name,))[0]
-    return _verdict(got == prediction, f"every rank holds {op_name} over the values 1..{world_size}; "
+    return verdict(got == prediction, f"every rank holds {op_name} over the values 1..{world_size}; "
                                        "run the all-reduce yourself and compare")

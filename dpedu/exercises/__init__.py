@@ -1,0 +1,10 @@
+"""Checks for the exercises at the end of each lesson, one module per lesson (``lesson00`` ...).
+
+Each check computes the right answer itself (by running the experiment, not from a stored number),
+prints whether the learner's answer agrees or what to look at, and returns True or False.
+"""
+
+
+def verdict(ok: bool, hint: str) -> bool:
+    print("Correct." if ok else f"Not yet: {hint}")
+    return ok

@@ -1,0 +1,27 @@
+"""The course's small models, built from a seed so that every run starts from the same weights."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def linear_regression(in_features: int, seed: int = 0) -> nn.Linear:
+    """A linear model ``x -> w.x + b`` (use with a mean squared error loss: a convex problem)."""
+    torch.manual_seed(seed)
+    return nn.Linear(in_features, 1)
+
+
+def mlp(in_features: int, hidden: int, out_features: int, seed: int = 0, depth: int = 1) -> nn.Sequential:
+    """A multilayer perceptron with ``depth`` hidden ReLU layers of width ``hidden``."""
+    for name, value in (("in_features", in_features), ("hidden", hidden), ("out_features", out_features),
+                        ("depth", depth)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    torch.manual_seed(seed)
+    layers: list[nn.Module] = []
+    width = in_features
+    for _ in range(depth):
+        layers += [nn.Linear(width, hidden), nn.ReLU()]
+        width = hidden
+    return nn.Sequential(*layers, nn.Linear(width, out_features))

@@ -1,0 +1,45 @@
+"""Notebook conveniences: show code from dpedu in a lesson, and explorers that degrade gracefully."""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+
+def show_source(obj: Any):
+    """Display the source of a dpedu function or class, so a lesson shows the code it relies on."""
+    from IPython.display import Code
+
+    return Code(inspect.getsource(obj), language="python")
+
+
+def widgets_enabled() -> bool:
+    """False under the test suite (``DPEDU_STATIC=1``) or without ipywidgets: explorers draw statically."""
+    if os.environ.get("DPEDU_STATIC") == "1":
+        return False
+    try:
+        import ipywidgets  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def explore(draw: Callable[..., None], **options: Sequence[Any]) -> None:
+    """Call ``draw(**choice)`` with a slider per option, redrawing on every change.
+
+    Each option is a sequence of values to choose from (precompute what is slow, so that the
+    answer comes at once); the first value is the starting one. Without widgets it draws once.
+    """
+    for name, values in options.items():
+        if not isinstance(values, Sequence) or isinstance(values, str) or len(values) == 0:
+            raise ValueError(f"option {name!r} must be a non-empty sequence of values, got {values!r}")
+    if not widgets_enabled():
+        draw(**{name: values[0] for name, values in options.items()})
+        return
+    import ipywidgets as widgets
+
+    controls = {name: widgets.SelectionSlider(options=list(values), value=values[0], description=name,
+                                              continuous_update=False) for name, values in options.items()}
+    widgets.interact(draw, **controls)

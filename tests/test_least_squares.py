@@ -1,0 +1,37 @@
+import torch
+
+from dpedu import least_squares
+
+
+def problem(n=50, d=4, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return least_squares.with_bias(torch.randn(n, d, generator=g)), torch.randn(n, generator=g, dtype=torch.float64)
+
+
+def test_per_example_gradients_match_autograd():
+    A, y = problem()
+    w = torch.randn(A.shape[1], dtype=torch.float64, requires_grad=True)
+    rows = least_squares.per_example_gradients(A, y, w.detach())
+    for i in (0, 7, 49):
+        (grad,) = torch.autograd.grad((A[i] @ w - y[i]) ** 2, w)
+        torch.testing.assert_close(rows[i], grad)
+    (full,) = torch.autograd.grad(least_squares.loss(A, y, w), w)
+    torch.testing.assert_close(rows.mean(0), full)
+
+
+def test_hessian_and_optimum():
+    A, y = problem()
+    w = torch.zeros(A.shape[1], dtype=torch.float64)
+    H = torch.autograd.functional.hessian(lambda v: least_squares.loss(A, y, v), w)
+    torch.testing.assert_close(least_squares.hessian(A), H)
+    w_star = least_squares.optimum(A, y)
+    torch.testing.assert_close(least_squares.per_example_gradients(A, y, w_star).mean(0),
+                               torch.zeros_like(w_star), atol=1e-12, rtol=0)
+
+
+def test_loss_takes_one_or_several_weight_vectors():
+    A, y = problem()
+    W = torch.randn(3, A.shape[1], dtype=torch.float64)
+    several = least_squares.loss(A, y, W)
+    assert several.shape == (3,)
+    torch.testing.assert_close(several[1], least_squares.loss(A, y, W[1]))

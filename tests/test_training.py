@@ -1,0 +1,82 @@
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from dpedu.datasets import diabetes, digits
+from dpedu.models import linear_regression, mlp
+from dpedu.training import full_loss, train
+
+
+def squared_error(prediction, target):
+    return F.mse_loss(prediction.squeeze(1), target)
+
+
+@pytest.fixture(scope="module")
+def patients():
+    return diabetes()
+
+
+def test_full_batch_history_counts_one_update_per_epoch(patients):
+    n = len(patients.X_train)
+    h = train(linear_regression(10), squared_error, patients.X_train, patients.y_train, batch_size=n, lr=0.1, epochs=3)
+    assert h.updates == [0, 1, 2, 3] and h.examples == [0, n, 2 * n, 3 * n] and h.epochs == [0, 1, 2, 3]
+    assert h.loss[0] > h.loss[1] > h.loss[2] > h.loss[3]
+
+
+def test_history_ends_with_the_loss_after_the_last_update(patients):
+    model = linear_regression(10)
+    h = train(model, squared_error, patients.X_train, patients.y_train, batch_size=1, lr=0.01, epochs=5 / 354)
+    assert h.updates[-1] == 5 and h.examples[-1] == 5
+    assert h.loss[-1] == full_loss(model, squared_error, patients.X_train, patients.y_train)
+
+
+def test_same_seed_same_history_and_full_gd_is_exactly_gradient_descent(patients):
+    X, y = patients.X_train, patients.y_train
+    a = train(linear_regression(10, seed=3), squared_error, X, y, batch_size=16, lr=0.05, epochs=2, seed=7)
+    b = train(linear_regression(10, seed=3), squared_error, X, y, batch_size=16, lr=0.05, epochs=2, seed=7)
+    assert a.loss == b.loss and a.updates == b.updates
+    model, reference = linear_regression(10, seed=1), linear_regression(10, seed=1)
+    train(model, squared_error, X, y, batch_size=len(X), lr=0.1, epochs=2)
+    for _ in range(2):  # the same two steps by hand
+        reference.zero_grad()
+        squared_error(reference(X), y).backward()
+        with torch.no_grad():
+            for p in reference.parameters():
+                p -= 0.1 * p.grad
+    for p, q in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
+
+
+def test_last_batch_of_an_epoch_may_be_smaller(patients):
+    h = train(linear_regression(10), squared_error, patients.X_train, patients.y_train, batch_size=100, lr=0.01,
+              epochs=1)
+    assert h.updates[-1] == math.ceil(354 / 100) and h.examples[-1] == 354
+
+
+@pytest.mark.parametrize(("kwargs", "name"), [({"batch_size": 0}, "batch_size"), ({"batch_size": 10_000}, "batch_size"),
+                                             ({"lr": float("nan")}, "lr"), ({"lr": -1.0}, "lr"),
+                                             ({"epochs": 0}, "epochs")])
+def test_bad_arguments_name_themselves(patients, kwargs, name):
+    call = {"batch_size": 8, "lr": 0.1, "epochs": 1} | kwargs
+    with pytest.raises(ValueError, match=name):
+        train(linear_regression(10), squared_error, patients.X_train, patients.y_train, **call)
+
+
+def test_datasets_are_standardised_fixed_and_labelled():
+    images, again = digits(), digits()
+    assert torch.equal(images.X_train, again.X_train)
+    assert images.X_train.shape == (1438, 64) and set(images.y_train.tolist()) == set(range(10))
+    torch.testing.assert_close(diabetes().X_train.mean(0), torch.zeros(10), atol=1e-5, rtol=0)
+    assert "CC BY 4.0" in str(images) and "scikit-learn" in str(diabetes())
+    with pytest.raises(ValueError, match="test_fraction"):
+        digits(test_fraction=1.5)
+
+
+def test_mlp_shapes_and_seed():
+    a, b = mlp(64, 32, 10, seed=1, depth=2), mlp(64, 32, 10, seed=1, depth=2)
+    assert a(torch.zeros(5, 64)).shape == (5, 10)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
+    with pytest.raises(ValueError, match="hidden"):
+        mlp(64, 0, 10)
