@@ -1,0 +1,76 @@
+"""Run several commands at once from a notebook (torchrun agents, mpirun), never leaving one behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Finished:
+    command: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_together(commands: Sequence[Sequence[str]], *, timeout: float, cwd: str | None = None,
+                 env: dict[str, str] | None = None) -> list[Finished]:
+    """Start every command at once and wait for all; return what each printed, in order.
+
+    Each command runs in its own session, so stopping it also stops the processes it started.
+    If any is still running after ``timeout`` seconds, or on Ctrl-C or any error here, all of
+    them are stopped and reaped before the exception propagates (``TimeoutError`` names them).
+    """
+    if not commands or any(isinstance(c, str) or not c for c in commands):
+        raise ValueError("commands must be a non-empty list of argument lists, e.g. [['torchrun', 'x.py']]")
+    if not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    environment = {**os.environ, **(env or {})}
+    processes: list[subprocess.Popen] = []
+    with tempfile.TemporaryDirectory(prefix="dpedu-run-") as logs:
+        files = [(open(os.path.join(logs, f"{i}.out"), "w+"), open(os.path.join(logs, f"{i}.err"), "w+"))
+                 for i in range(len(commands))]
+        try:
+            for command, (out, err) in zip(commands, files, strict=True):
+                processes.append(subprocess.Popen(list(command), cwd=cwd, env=environment, stdout=out, stderr=err,
+                                                  stdin=subprocess.DEVNULL, start_new_session=True))
+            deadline = time.monotonic() + timeout
+            while any(p.poll() is None for p in processes):
+                if time.monotonic() > deadline:
+                    running = [" ".join(c) for c, p in zip(commands, processes, strict=True) if p.poll() is None]
+                    raise TimeoutError(f"still running after timeout={timeout:g} s, stopped: {running}")
+                time.sleep(0.05)
+        finally:
+            _stop(processes)
+            for out, err in files:
+                out.seek(0)
+                err.seek(0)
+        results = [Finished(list(c), p.returncode, out.read(), err.read())
+                   for c, p, (out, err) in zip(commands, processes, files, strict=True)]
+        for out, err in files:
+            out.close()
+            err.close()
+    return results
+
+
+def _stop(processes: list[subprocess.Popen]) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for p in processes:
+            try:
+                os.killpg(p.pid, sig)  # the whole session: torchrun's workers too
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + 2.0
+        for p in processes:
+            try:
+                p.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+    for p in processes:
+        p.wait()

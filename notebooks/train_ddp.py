@@ -1,0 +1,56 @@
+"""Train the digits network with DistributedDataParallel: the script lesson 03 runs under torchrun.
+
+One machine, two processes:
+    torchrun --standalone --nproc_per_node=2 train_ddp.py --steps 10 --batch-size 32
+
+Two machines (run one line on each; HOST is the first machine's address, PORT a free port on it):
+    torchrun --nnodes=2 --nproc_per_node=1 --rdzv_backend=c10d --rdzv_endpoint=HOST:PORT --rdzv_id=job1 train_ddp.py
+
+torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT in every process; the
+script only has to call init_process_group. Each process uses its own GPU when there are GPUs.
+"""
+
+import argparse
+import os
+
+import torch
+import torch.distributed as dist
+
+from dpedu import ddp
+from dpedu.datasets import digits
+from dpedu.models import mlp
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--batch-size", type=int, default=32, help="examples per rank per step")
+    parser.add_argument("--lr", type=float, default=0.1)
+    args = parser.parse_args()
+
+    local_rank = int(os.environ["LOCAL_RANK"])
+    gpus = torch.cuda.is_available() and torch.cuda.device_count() > local_rank
+    device = torch.device("cuda", local_rank) if gpus else torch.device("cpu")
+    if gpus:
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if gpus else "gloo")  # reads the variables torchrun set
+    torch.set_num_threads(1)
+    try:
+        rank, world_size = dist.get_rank(), dist.get_world_size()
+        state = ddp.train(args.steps, args.batch_size, args.lr, device=device)
+        identical = ddp.same_parameters_on_every_rank(state)
+        if rank == 0:  # one rank reports, or every line would be printed world_size times
+            model = mlp(64, 32, 10)
+            model.load_state_dict(state["model"])
+            test = digits()
+            accuracy = (model(test.X_test).argmax(1) == test.y_test).double().mean().item()
+            checksum = sum(v.double().sum().item() for v in state["model"].values())
+            print(f"{world_size} rank(s) on {dist.get_backend()}, {args.steps} steps of "
+                  f"{world_size} x {args.batch_size} examples: parameter checksum {checksum:.5f}, "
+                  f"test accuracy {accuracy:.3f}, replicas identical: {identical}")
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

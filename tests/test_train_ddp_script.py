@@ -1,0 +1,25 @@
+"""notebooks/train_ddp.py under torchrun: 2 ranks x 16 examples equal 1 rank x 32."""
+
+import re
+import sys
+from pathlib import Path
+
+from dpedu.commands import run_together
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+
+
+def torchrun(processes: int, batch_size: int) -> str:
+    (run,) = run_together([[sys.executable, "-m", "torch.distributed.run", "--standalone",
+                            f"--nproc_per_node={processes}", "train_ddp.py", "--steps", "5",
+                            "--batch-size", str(batch_size)]], timeout=180, cwd=str(NOTEBOOKS),
+                          env={"OMP_NUM_THREADS": "1"})
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
+def test_two_ranks_under_torchrun_match_one_rank_with_the_whole_batch():
+    two, one = torchrun(2, 16), torchrun(1, 32)
+    assert "2 rank(s) on gloo" in two and "replicas identical: True" in two
+    checksum = re.compile(r"checksum (-?\d+\.\d+)")
+    assert abs(float(checksum.search(two)[1]) - float(checksum.search(one)[1])) < 1e-4
