@@ -1,0 +1,65 @@
+"""Gradient descent with stale gradients: the deterministic model of asynchronous training.
+
+In asynchronous SGD a worker reads the parameters, computes a gradient, and by the time it applies
+it other workers have moved the parameters on: the gradient is *stale* by the number of updates in
+between. ``delayed_gd`` applies every gradient exactly ``staleness`` updates late, which isolates
+that one effect from all the randomness of a real run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+
+def delayed_gd(grad: Callable[[torch.Tensor], torch.Tensor], x0: torch.Tensor, lr: float, staleness: int,
+               steps: int) -> torch.Tensor:
+    """Gradient descent whose update at step t uses ``grad`` at the iterate of step t - staleness.
+
+    ``x_{t+1} = x_t - lr * grad(x_{max(t - staleness, 0)})``: while t < staleness the gradient is
+    taken at the start point. Returns the iterates, shape ``(steps + 1, *x0.shape)``, first row x0.
+    With staleness 0 this is plain gradient descent.
+    """
+    if not callable(grad):
+        raise TypeError(f"grad must be callable, got {type(grad).__name__}")
+    if not isinstance(x0, torch.Tensor):
+        raise TypeError(f"x0 must be a torch.Tensor, got {type(x0).__name__}")
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr < 0:
+        raise ValueError(f"lr must be a finite number >= 0, got {lr!r}")
+    for name, value in (("staleness", staleness), ("steps", steps)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+    iterates = [x0.clone()]
+    for t in range(steps):
+        g = grad(iterates[max(t - staleness, 0)])
+        if not isinstance(g, torch.Tensor) or g.shape != x0.shape:
+            raise ValueError(f"grad must return a tensor shaped like x0 {tuple(x0.shape)}, got "
+                             f"{tuple(g.shape) if isinstance(g, torch.Tensor) else type(g).__name__}")
+        iterates.append(iterates[t] - lr * g)
+    return torch.stack(iterates)
+
+
+def stability_limit(staleness: int) -> float:
+    """The largest lr·λ for which delayed GD on a quadratic with curvature λ converges, found numerically.
+
+    Along an eigenvector, ``e_{t+1} = e_t - lr·λ·e_{t-τ}`` converges iff every root of
+    ``z^(τ+1) - z^τ + lr·λ`` lies inside the unit circle; bisect on lr·λ for the edge.
+    """
+    if isinstance(staleness, bool) or not isinstance(staleness, int) or staleness < 0:
+        raise ValueError(f"staleness must be an int >= 0, got {staleness!r}")
+
+    def stable(a: float) -> bool:
+        coefficients = np.zeros(staleness + 2)
+        coefficients[0] += 1.0
+        coefficients[1] -= 1.0
+        coefficients[-1] += a  # for staleness 0 this shares its place with the -1: z - 1 + a
+        return bool(np.abs(np.roots(coefficients)).max() < 1)
+
+    low, high = 0.0, 2.5  # stable just above 0; unstable at 2.5 for every staleness
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (middle, high) if stable(middle) else (low, middle)
+    return low
