@@ -42,12 +42,14 @@ def full_loss(model: nn.Module, loss_fn: Callable, X: torch.Tensor, y: torch.Ten
 
 
 def train(model: nn.Module, loss_fn: Callable, X: torch.Tensor, y: torch.Tensor, *, batch_size: int, lr: float,
-          epochs: float, seed: int = 0, evaluations_per_epoch: int = 4) -> History:
+          epochs: float, seed: int = 0, evaluations_per_epoch: int = 4, warmup_updates: int = 0) -> History:
     """Train ``model`` in place with plain SGD for ``epochs`` passes over (X, y); return its history.
 
     The loss is recorded at the start, each time another ``1 / evaluations_per_epoch`` of an epoch
     has been processed (at the next update boundary), so runs with different batch sizes are
-    compared at the same numbers of examples, and at the end.
+    compared at the same numbers of examples, and at the end. With ``warmup_updates`` the learning
+    rate rises linearly from ``lr / warmup_updates`` to ``lr`` over that many updates (gradual warmup,
+    Goyal et al. 2017).
     """
     n = len(X)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= n:
@@ -56,6 +58,8 @@ def train(model: nn.Module, loss_fn: Callable, X: torch.Tensor, y: torch.Tensor,
         raise ValueError(f"lr must be a positive finite number, got {lr!r}")
     if not (isinstance(epochs, (int, float)) and epochs > 0):
         raise ValueError(f"epochs must be positive, got {epochs!r}")
+    if isinstance(warmup_updates, bool) or not isinstance(warmup_updates, int) or warmup_updates < 0:
+        raise ValueError(f"warmup_updates must be an int >= 0, got {warmup_updates!r}")
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     history = History(batch_size, lr, n)
@@ -77,9 +81,12 @@ def train(model: nn.Module, loss_fn: Callable, X: torch.Tensor, y: torch.Tensor,
                 break
             tic = time.perf_counter()
             batch = order[start:start + batch_size]
+            if updates < warmup_updates:
+                optimizer.param_groups[0]["lr"] = lr * (updates + 1) / warmup_updates
             optimizer.zero_grad(set_to_none=True)
             loss_fn(model(X[batch]), y[batch]).backward()
             optimizer.step()
+            optimizer.param_groups[0]["lr"] = lr
             seconds += time.perf_counter() - tic
             updates += 1
             examples += len(batch)

@@ -80,3 +80,20 @@ def test_mlp_shapes_and_seed():
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
     with pytest.raises(ValueError, match="hidden"):
         mlp(64, 0, 10)
+
+
+def test_warmup_rises_linearly_to_the_learning_rate(patients, monkeypatch):
+    seen = []
+    real_step = torch.optim.SGD.step
+
+    def record(self, *args, **kwargs):
+        seen.append(self.param_groups[0]["lr"])
+        return real_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.SGD, "step", record)
+    train(linear_regression(10), squared_error, patients.X_train, patients.y_train, batch_size=59, lr=0.4,
+          epochs=1, warmup_updates=4)
+    assert seen == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.4, 0.4])
+    with pytest.raises(ValueError, match="warmup_updates"):
+        train(linear_regression(10), squared_error, patients.X_train, patients.y_train, batch_size=8, lr=0.1,
+              epochs=1, warmup_updates=-1)
