@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import NamedTuple
 
@@ -67,9 +66,3 @@ def _wrap(title: str, width: int = 22) -> str:
             line = f"{line} {word}".strip()
     return "\n".join(lines + [line])
 
-
-if __name__ == "__main__":  # python -m dpedu.course images/course_map.png
-    import matplotlib
-
-    matplotlib.use("Agg")
-    draw_course_map(sys.argv[1] if len(sys.argv) > 1 else "images/course_map.png")
