@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -17,6 +18,17 @@ class Finished:
     returncode: int
     stdout: str
     stderr: str
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now, for a command that will bind it (a torchrun rendezvous).
+
+    The port is released before the command binds it, so another program could take it first. On one
+    machine that is rare; on a real cluster, agree on a fixed port instead.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def run_together(commands: Sequence[Sequence[str]], *, timeout: float, cwd: str | None = None,
@@ -41,9 +53,8 @@ def run_together(commands: Sequence[Sequence[str]], *, timeout: float, cwd: str 
                 processes.append(subprocess.Popen(list(command), cwd=cwd, env=environment, stdout=out, stderr=err,
                                                   stdin=subprocess.DEVNULL, start_new_session=True))
             deadline = time.monotonic() + timeout
-            while any(p.poll() is None for p in processes):
+            while running := [" ".join(c) for c, p in zip(commands, processes, strict=True) if _running(p)]:
                 if time.monotonic() > deadline:
-                    running = [" ".join(c) for c, p in zip(commands, processes, strict=True) if p.poll() is None]
                     raise TimeoutError(f"still running after timeout={timeout:g} s, stopped: {running}")
                 time.sleep(0.05)
         finally:
@@ -59,18 +70,21 @@ def run_together(commands: Sequence[Sequence[str]], *, timeout: float, cwd: str 
     return results
 
 
+def _running(process: subprocess.Popen) -> bool:
+    """Still running? Asked without reaping it (WNOWAIT), so its pid stays ours until _stop."""
+    return os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+
+
 def _stop(processes: list[subprocess.Popen]) -> None:
+    """Signal each command's whole session (torchrun's workers too), then reap the commands."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for p in processes:
             try:
-                os.killpg(p.pid, sig)  # the whole session: torchrun's workers too
+                os.killpg(p.pid, sig)
             except (ProcessLookupError, PermissionError):
                 pass
         deadline = time.monotonic() + 2.0
-        for p in processes:
-            try:
-                p.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
+        while any(_running(p) for p in processes) and time.monotonic() < deadline:
+            time.sleep(0.02)
     for p in processes:
         p.wait()

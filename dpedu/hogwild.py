@@ -15,6 +15,7 @@ import torch
 import torch.multiprocessing as tmp
 from torch import nn
 
+from dpedu._validate import whole
 from dpedu.launcher import choose_start_method
 
 
@@ -38,8 +39,7 @@ def train(model: nn.Module, X: torch.Tensor, y: torch.Tensor, loss_fn: Callable,
     way, and on Ctrl-C, every worker is stopped and reaped first.
     """
     for name, value in (("workers", workers), ("steps", steps), ("batch_size", batch_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+        whole(name, value)
     for p in model.parameters():
         p.grad = None  # gradients stay private to each worker; only the parameters are shared
     model.share_memory()

@@ -14,7 +14,6 @@ The child side (what runs inside each rank) lives in :mod:`dpedu._rank`.
 
 from __future__ import annotations
 
-import math
 import multiprocessing as mp
 import os
 import pickle
@@ -31,9 +30,12 @@ from typing import Any
 
 import cloudpickle
 import torch
+import torch.distributed as dist
 
 from dpedu import _rank
 from dpedu._rank import RankFailedError
+from dpedu._validate import real, whole
+from dpedu.commands import free_port
 
 __all__ = ["launch", "LaunchTimeoutError", "RankFailedError", "choose_start_method"]
 
@@ -73,60 +75,70 @@ def choose_start_method(start_method: str | None = None) -> tuple[str, str | Non
 
 def _default_backend(world_size: int) -> str:
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    nccl = torch.distributed.is_available() and torch.distributed.is_nccl_available()
+    nccl = dist.is_available() and dist.is_nccl_available()
     return "nccl" if nccl and gpus >= world_size else "gloo"
+
+
+def _loopback_interface() -> str | None:
+    """The loopback interface's name ("lo" on Linux, "lo0" on macOS), where the OS can list them."""
+    import socket
+
+    try:
+        return next((name for _, name in socket.if_nameindex() if name.startswith("lo")), None)
+    except (AttributeError, OSError):
+        return None
 
 
 def _check_arguments(fn: Any, world_size: Any, args: Any, timeout: Any, backend: Any, threads: Any) -> bytes:
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+    whole("world_size", world_size)
     if not isinstance(args, (tuple, list)):
         raise TypeError(f"args must be a tuple of arguments for fn, got {type(args).__name__}")
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or timeout <= 0:
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    real("timeout", timeout, above=0)
     if backend is not None and backend not in _BACKENDS:
         raise ValueError(f"backend must be None or one of {_BACKENDS}, got {backend!r}")
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ValueError(f"threads_per_rank must be a positive int, got {threads!r}")
+    whole("threads_per_rank", threads)
     try:  # every start method gets the same rule: what cannot be pickled cannot be sent
         return cloudpickle.dumps((fn, tuple(args)))
     except Exception as exc:
         raise TypeError(f"fn or args cannot be sent to the ranks (not picklable): {exc}") from None
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _stop(processes: Sequence[mp.process.BaseProcess], exit_grace: float = 0.0, grace: float = 1.0) -> None:
-    """Give ranks ``exit_grace`` s to exit, then terminate and kill them and their children; reap all."""
-    deadline = time.monotonic() + exit_grace
-    for p in processes:
-        if p.pid is not None:
-            p.join(max(0.0, deadline - time.monotonic()))
+    """Give ranks ``exit_grace`` s to exit, then SIGTERM and SIGKILL each rank's process group; reap all.
+
+    Every rank leads its own process group, so the signals also reach processes a rank started.
+    They go out before any rank is reaped: an unreaped rank keeps its pid, so the group signalled
+    can only be ours, never a newcomer's that was given a freed pid.
+    """
+    started = [p for p in processes if p.pid is not None]
+    _wait_for_exit(started, exit_grace)
     for sig in (signal.SIGTERM, getattr(signal, "SIGKILL", signal.SIGTERM)):
-        for p in processes:
-            if p.pid is None:
-                continue
-            try:  # each rank leads its own process group, so this also reaches its children
-                os.killpg(p.pid, sig)
-            except (ProcessLookupError, PermissionError, AttributeError, OSError):
-                if p.exitcode is None:
-                    p.terminate() if sig == signal.SIGTERM else p.kill()
-        deadline = time.monotonic() + grace
-        for p in processes:
-            if p.pid is not None:
-                p.join(max(0.0, deadline - time.monotonic()))
-    for p in processes:
-        if p.pid is not None:
-            p.join()
-            p.close()
+        for p in started:
+            _signal_group(p, sig)
+        _wait_for_exit(started, grace)
+    for p in started:
+        p.join()
+        p.close()
+
+
+def _signal_group(process: mp.process.BaseProcess, sig: int) -> None:
+    try:
+        os.killpg(process.pid, sig)
+    except ProcessLookupError:  # the group is empty: nothing left to stop
+        pass
+    except (AttributeError, PermissionError, OSError):  # no process groups here (Windows): the rank alone
+        process.terminate() if sig == signal.SIGTERM else process.kill()
+
+
+def _wait_for_exit(processes: Sequence[mp.process.BaseProcess], seconds: float) -> None:
+    """Wait up to ``seconds`` for every process to exit, without reaping any (sentinels only)."""
+    deadline = time.monotonic() + seconds
+    pending = [p.sentinel for p in processes]
+    while pending and (left := deadline - time.monotonic()) > 0:
+        ready = wait(pending, timeout=left)
+        pending = [s for s in pending if s not in ready]
 
 
 def launch(
@@ -162,7 +174,9 @@ def launch(
     backend = backend or _default_backend(world_size)
     ctx = mp.get_context(method)
     deadline = time.monotonic() + timeout
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": str(world_size)}
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(world_size)}
+    if "GLOO_SOCKET_IFNAME" not in os.environ and (loopback := _loopback_interface()):
+        env["GLOO_SOCKET_IFNAME"] = loopback  # all ranks are on this machine; skip hostname lookups
     with tempfile.TemporaryDirectory(prefix="dpedu-launch-") as logdir:
         outputs = [_rank.RankOutput(logdir, r) for r in range(world_size)]
         processes, readers = [], []
@@ -253,7 +267,7 @@ def _first_failure(errors: list, pending: dict, processes) -> RankFailedError:
     wait([processes[rank].sentinel for rank in pending.values()], timeout=0.2)  # a death shows at once
     reports = dict(_reports_sent(pending))
     for rank in sorted(pending.values()):
-        if rank not in reports and processes[rank].exitcode is not None:
+        if rank not in reports and wait([processes[rank].sentinel], timeout=0):  # exited, reported nothing
             return _died(processes[rank], rank)
     errors += [(value[2], rank, value[:2]) for rank, (status, value) in reports.items() if status == "error"]
     _, rank, (summary, remote_traceback) = min(errors)
@@ -273,6 +287,7 @@ def _reports_sent(pending: dict) -> list[tuple[int, tuple[str, Any]]]:
 
 
 def _died(process: mp.process.BaseProcess, rank: int) -> RankFailedError:
+    _signal_group(process, getattr(signal, "SIGKILL", signal.SIGTERM))  # its children, before reaping it
     process.join(1.0)
     code = process.exitcode
     how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"

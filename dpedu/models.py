@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from dpedu._validate import whole
+
 
 def linear_regression(in_features: int, seed: int = 0) -> nn.Linear:
     """A linear model ``x -> w.x + b`` (use with a mean squared error loss: a convex problem)."""
@@ -16,8 +18,7 @@ def mlp(in_features: int, hidden: int, out_features: int, seed: int = 0, depth: 
     """A multilayer perceptron with ``depth`` hidden ReLU layers of width ``hidden``."""
     for name, value in (("in_features", in_features), ("hidden", hidden), ("out_features", out_features),
                         ("depth", depth)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+        whole(name, value)
     torch.manual_seed(seed)
     layers: list[nn.Module] = []
     width = in_features

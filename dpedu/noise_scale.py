@@ -12,6 +12,8 @@ from collections.abc import Sequence
 
 import torch
 
+from dpedu._validate import whole
+
 
 def simple_noise_scale(per_example_grads: torch.Tensor, whole_dataset: bool = False) -> float:
     """B_simple = tr(Σ)/|G|² from a matrix of per-example gradients, one row per example.
@@ -48,9 +50,8 @@ def two_batch_noise_scale(small_batch_sq_norms: Sequence[float], big_batch_sq_no
     E|G_B|² = |G|² + tr(Σ)/B, so two batch sizes give two equations for the two unknowns. Each list
     holds |G_B|² of independent batches (drawn with replacement); they are averaged first.
     """
-    for name, value in (("small_batch", small_batch), ("big_batch", big_batch)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    whole("small_batch", small_batch)
+    whole("big_batch", big_batch)
     if small_batch >= big_batch:
         raise ValueError(f"small_batch ({small_batch}) must be smaller than big_batch ({big_batch})")
     means = []

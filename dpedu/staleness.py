@@ -8,11 +8,12 @@ that one effect from all the randomness of a real run.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
 import torch
+
+from dpedu._validate import real, whole
 
 
 def delayed_gd(grad: Callable[[torch.Tensor], torch.Tensor], x0: torch.Tensor, lr: float, staleness: int,
@@ -27,11 +28,9 @@ def delayed_gd(grad: Callable[[torch.Tensor], torch.Tensor], x0: torch.Tensor, l
         raise TypeError(f"grad must be callable, got {type(grad).__name__}")
     if not isinstance(x0, torch.Tensor):
         raise TypeError(f"x0 must be a torch.Tensor, got {type(x0).__name__}")
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr < 0:
-        raise ValueError(f"lr must be a finite number >= 0, got {lr!r}")
-    for name, value in (("staleness", staleness), ("steps", steps)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+    real("lr", lr, at_least=0)
+    whole("staleness", staleness, minimum=0)
+    whole("steps", steps, minimum=0)
     iterates = [x0.clone()]
     for t in range(steps):
         g = grad(iterates[max(t - staleness, 0)])
@@ -48,8 +47,7 @@ def stability_limit(staleness: int) -> float:
     Along an eigenvector, ``e_{t+1} = e_t - lr·λ·e_{t-τ}`` converges iff every root of
     ``z^(τ+1) - z^τ + lr·λ`` lies inside the unit circle; bisect on lr·λ for the edge.
     """
-    if isinstance(staleness, bool) or not isinstance(staleness, int) or staleness < 0:
-        raise ValueError(f"staleness must be an int >= 0, got {staleness!r}")
+    whole("staleness", staleness, minimum=0)
 
     def stable(a: float) -> bool:
         coefficients = np.zeros(staleness + 2)

@@ -7,13 +7,14 @@ replacement); the last batch of an epoch may be smaller.
 
 from __future__ import annotations
 
-import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+
+from dpedu._validate import real, whole
 
 
 @dataclass
@@ -36,6 +37,14 @@ class History:
         return [e / self.dataset_size for e in self.examples]
 
 
+def largest_difference(a: Mapping[str, torch.Tensor] | Iterable[torch.Tensor],
+                       b: Mapping[str, torch.Tensor] | Iterable[torch.Tensor]) -> float:
+    """The largest absolute difference between two sets of parameters (state dicts or tensor sequences)."""
+    if isinstance(a, Mapping):
+        a, b = list(a.values()), [b[key] for key in a]
+    return max((p.detach() - q.detach()).abs().max().item() for p, q in zip(a, b, strict=True))
+
+
 def full_loss(model: nn.Module, loss_fn: Callable, X: torch.Tensor, y: torch.Tensor) -> float:
     with torch.no_grad():
         return loss_fn(model(X), y).item()
@@ -52,14 +61,10 @@ def train(model: nn.Module, loss_fn: Callable, X: torch.Tensor, y: torch.Tensor,
     Goyal et al. 2017).
     """
     n = len(X)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= n:
-        raise ValueError(f"batch_size must be an int from 1 to len(X)={n}, got {batch_size!r}")
-    if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
-        raise ValueError(f"lr must be a positive finite number, got {lr!r}")
-    if not (isinstance(epochs, (int, float)) and epochs > 0):
-        raise ValueError(f"epochs must be positive, got {epochs!r}")
-    if isinstance(warmup_updates, bool) or not isinstance(warmup_updates, int) or warmup_updates < 0:
-        raise ValueError(f"warmup_updates must be an int >= 0, got {warmup_updates!r}")
+    whole("batch_size", batch_size, maximum=n)  # at most len(X): full-batch GD
+    real("lr", lr, above=0)
+    real("epochs", epochs, above=0)
+    whole("warmup_updates", warmup_updates, minimum=0)
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     history = History(batch_size, lr, n)

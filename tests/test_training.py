@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 from dpedu.datasets import diabetes, digits
 from dpedu.models import linear_regression, mlp
-from dpedu.training import full_loss, train
+from dpedu.training import full_loss, largest_difference, train
 
 
 def squared_error(prediction, target):
@@ -97,3 +97,11 @@ def test_warmup_rises_linearly_to_the_learning_rate(patients, monkeypatch):
     with pytest.raises(ValueError, match="warmup_updates"):
         train(linear_regression(10), squared_error, patients.X_train, patients.y_train, batch_size=8, lr=0.1,
               epochs=1, warmup_updates=-1)
+
+
+def test_largest_difference_of_state_dicts_and_of_parameter_lists():
+    a, b = mlp(4, 3, 2, seed=0), mlp(4, 3, 2, seed=0)
+    assert largest_difference(a.state_dict(), b.state_dict()) == 0
+    with torch.no_grad():
+        b[0].weight[1, 2] += 0.5
+    assert largest_difference(a.parameters(), b.parameters()) == pytest.approx(0.5)

@@ -5,6 +5,15 @@ prints whether the learner's answer agrees or what to look at, and returns True 
 """
 
 
+import math
+
+
 def verdict(ok: bool, hint: str) -> bool:
     print("Correct." if ok else f"Not yet: {hint}")
     return ok
+
+
+def close(answer: object, truth: float, rel: float) -> bool:
+    """Is ``answer`` a finite number within ``rel`` (relative) of ``truth``? Any non-number is not."""
+    return (isinstance(answer, (int, float)) and not isinstance(answer, bool) and math.isfinite(answer)
+            and abs(answer - truth) <= rel * abs(truth))

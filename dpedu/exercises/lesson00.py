@@ -7,6 +7,7 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
+from dpedu._validate import whole
 from dpedu.exercises import verdict
 from dpedu.launcher import launch
 
@@ -28,8 +29,7 @@ def predict(op_name: str, world_size: int, prediction: float) -> bool:
     """Predict what all-reducing ``rank + 1`` with ``ReduceOp.<op_name>`` gives on ``world_size`` ranks."""
     if op_name not in ("SUM", "PRODUCT", "MIN", "MAX"):
         raise ValueError(f"op_name must be one of SUM, PRODUCT, MIN, MAX, got {op_name!r}")
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or not 1 <= world_size <= 8:
-        raise ValueError(f"world_size must be an int from 1 to 8, got {world_size!r}")
+    whole("world_size", world_size, maximum=8)
     got = launch(_all_reduce_rank_plus_one, world_size, args=(op_name,))[0]
     return verdict(got == prediction, f"every rank holds {op_name} over the values 1..{world_size}; "
                                        "run the all-reduce yourself and compare")

@@ -8,15 +8,10 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from dpedu._validate import whole
 from dpedu.datasets import digits
 from dpedu.exercises import verdict
 from dpedu.models import mlp
-
-
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
 
 
 def _gradient(X: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
@@ -27,8 +22,8 @@ def _gradient(X: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torc
 
 def ring_bytes_per_worker(workers: int, gradient_bytes: int, answer: float) -> bool:
     """Bytes each worker sends in a ring all-reduce (reduce-scatter, then all-gather)."""
-    _positive_int("workers", workers)
-    _positive_int("gradient_bytes", gradient_bytes)
+    whole("workers", workers)
+    whole("gradient_bytes", gradient_bytes)
     truth = 2 * (workers - 1) / workers * gradient_bytes
     return verdict(isinstance(answer, (int, float)) and math.isclose(answer, truth, rel_tol=1e-9),
                    "K - 1 steps of reduce-scatter and K - 1 of all-gather, each sending a K-th of the gradient")
@@ -36,7 +31,7 @@ def ring_bytes_per_worker(workers: int, gradient_bytes: int, answer: float) -> b
 
 def shard_weights(sizes: Sequence[int], answer: Sequence[float]) -> bool:
     """Do these weights turn the shards' mean gradients into the full-batch gradient? (run on digits)"""
-    sizes = [_positive_int("sizes", n) for n in sizes]
+    sizes = [whole("sizes", n) for n in sizes]
     if len(answer) != len(sizes):
         raise ValueError(f"answer must have one weight per shard ({len(sizes)}), got {len(answer)}")
     data = digits()
@@ -49,7 +44,7 @@ def shard_weights(sizes: Sequence[int], answer: Sequence[float]) -> bool:
 
 def summed_loss_factor(workers: int, answer: float) -> bool:
     """By what factor must lr change when K towers average summed-loss gradients? (run on digits)"""
-    _positive_int("workers", workers)
+    whole("workers", workers)
     data = digits()
     X, y = data.X_train[: 32 * workers], data.y_train[: 32 * workers]
     averaged = sum(_gradient(xs, ys, "sum") for xs, ys in zip(X.chunk(workers), y.chunk(workers), strict=True))

@@ -7,20 +7,15 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from torch.utils.data.distributed import DistributedSampler
 
 from dpedu import ddp
+from dpedu._validate import whole
 from dpedu.exercises import verdict
 from dpedu.launcher import launch
 
 
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
-
-
 def samples_per_rank(dataset_size: int, world_size: int, drop_last: bool, answer: int) -> bool:
     """How many indices does each rank's DistributedSampler yield?"""
-    _positive_int("dataset_size", dataset_size)
-    _positive_int("world_size", world_size)
+    whole("dataset_size", dataset_size)
+    whole("world_size", world_size)
     truth = len(list(DistributedSampler(range(dataset_size), num_replicas=world_size, rank=0, drop_last=drop_last)))
     return verdict(answer == truth, "every rank gets the same count: padded up to a multiple of the world size, "
                                     "or, with drop_last, cut down to one")
@@ -39,8 +34,8 @@ def _count_allreduces(steps: int, accumulation: int, no_sync: bool) -> int:
 
 def allreduce_calls(steps: int, accumulation: int, no_sync: bool, answer: int) -> bool:
     """How many bucket all-reduces does lesson 03's model make (it fits in one bucket)?"""
-    _positive_int("steps", steps)
-    _positive_int("accumulation", accumulation)
+    whole("steps", steps)
+    whole("accumulation", accumulation)
     truth = launch(_count_allreduces, 2, args=(steps, accumulation, no_sync))[0]
     return verdict(answer == truth, "count the backward passes that all-reduce: every micro-batch, or only the "
                                     "last of each step under no_sync")
@@ -52,7 +47,7 @@ def _summed_ddp(steps: int, lr: float) -> dict:
 
 def summed_loss_lr(world_size: int, lr: float, answer: float) -> bool:
     """At which learning rate does one process (batch world_size*16, summed loss) match DDP at ``lr``?"""
-    _positive_int("world_size", world_size)
+    whole("world_size", world_size)
     distributed = launch(_summed_ddp, world_size, args=(5, lr))[0]
     single = ddp.train(5, 16 * world_size, answer, ddp=False, reduction="sum")["model"]
     same = all(torch.allclose(distributed[k], single[k], rtol=1e-4, atol=1e-6) for k in single)
