@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
+
+from dpedu._processes import stop_groups
 
 
 @dataclass(frozen=True)
@@ -53,12 +55,14 @@ def run_together(commands: Sequence[Sequence[str]], *, timeout: float, cwd: str 
                 processes.append(subprocess.Popen(list(command), cwd=cwd, env=environment, stdout=out, stderr=err,
                                                   stdin=subprocess.DEVNULL, start_new_session=True))
             deadline = time.monotonic() + timeout
-            while running := [" ".join(c) for c, p in zip(commands, processes, strict=True) if _running(p)]:
+            while running := [" ".join(c) for c, p in zip(commands, processes, strict=True) if not _has_exited(p)]:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"still running after timeout={timeout:g} s, stopped: {running}")
                 time.sleep(0.05)
-        finally:
-            _stop(processes)
+        finally:  # every command's whole session (torchrun's workers too), then reap
+            stop_groups({p.pid: partial(_has_exited, p) for p in processes}, grace=2.0)
+            for p in processes:
+                p.wait()
             for out, err in files:
                 out.seek(0)
                 err.seek(0)
@@ -70,21 +74,8 @@ def run_together(commands: Sequence[Sequence[str]], *, timeout: float, cwd: str 
     return results
 
 
-def _running(process: subprocess.Popen) -> bool:
-    """Still running? Asked without reaping it (WNOWAIT), so its pid stays ours until _stop."""
-    return os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
-
-
-def _stop(processes: list[subprocess.Popen]) -> None:
-    """Signal each command's whole session (torchrun's workers too), then reap the commands."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for p in processes:
-            try:
-                os.killpg(p.pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-        deadline = time.monotonic() + 2.0
-        while any(_running(p) for p in processes) and time.monotonic() < deadline:
-            time.sleep(0.02)
-    for p in processes:
-        p.wait()
+def _has_exited(process: subprocess.Popen) -> bool:
+    """Has the command ended? Asked without reaping it where Python has waitid (not macOS before 3.13)."""
+    if hasattr(os, "waitid"):
+        return os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    return process.poll() is not None  # reaps: there, a finished command's empty group could be reused

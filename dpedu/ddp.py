@@ -15,6 +15,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
@@ -79,6 +80,20 @@ def train(steps: int, batch_size: int, lr: float, *, ddp: bool = True, reduction
     plain = model.module if ddp else model
     return {"model": {k: v.cpu() for k, v in plain.state_dict().items()},
             "optimizer": opt.state_dict()}
+
+
+def counting_allreduce() -> tuple[Callable, list[int]]:
+    """DDP's own all-reduce as a communication hook that also records every bucket it sends.
+
+    Returns the hook (for ``train(comm_hook=...)`` or ``register_comm_hook``) and the list it fills.
+    """
+    calls: list[int] = []
+
+    def hook(state, bucket):  # no annotations: DDP checks them, and here they would be strings
+        calls.append(bucket.index())
+        return allreduce_hook(state, bucket)
+
+    return hook, calls
 
 
 def same_parameters_on_every_rank(state: dict[str, Any]) -> bool:

@@ -37,11 +37,9 @@ class EnvironmentReport:
                 f"torch.distributed backends: {backends}")
 
 
-_READ_GPUS = """
-import json, torch
-print(json.dumps([[p.name, p.total_memory] for p in map(torch.cuda.get_device_properties,
-                                                        range(torch.cuda.device_count()))]))
-"""
+def _gpu_properties() -> list[tuple[str, int]]:
+    """(name, memory in bytes) of each GPU; initialises CUDA in the process that calls it."""
+    return [(p.name, p.total_memory) for p in map(torch.cuda.get_device_properties, range(torch.cuda.device_count()))]
 
 
 def _gpus() -> tuple[GPU, ...]:
@@ -54,11 +52,11 @@ def _gpus() -> tuple[GPU, ...]:
     if not torch.cuda.is_available():
         return ()
     if torch.cuda.is_initialized():
-        found = [[p.name, p.total_memory] for p in map(torch.cuda.get_device_properties,
-                                                       range(torch.cuda.device_count()))]
+        found = _gpu_properties()
     else:
-        out = subprocess.run([sys.executable, "-c", _READ_GPUS], capture_output=True, text=True,
-                             timeout=120, check=True).stdout
+        child = "import json; from dpedu.environment import _gpu_properties; print(json.dumps(_gpu_properties()))"
+        out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120,
+                             check=True).stdout
         found = json.loads(out.strip().splitlines()[-1])
     return tuple(GPU(i, name, memory / 2**30) for i, (name, memory) in enumerate(found))
 

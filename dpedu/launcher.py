@@ -20,11 +20,10 @@ import pickle
 import signal
 import sys
 import tempfile
-import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager
+from functools import partial
 from multiprocessing.connection import wait
 from typing import Any
 
@@ -33,6 +32,7 @@ import torch
 import torch.distributed as dist
 
 from dpedu import _rank
+from dpedu._processes import interrupts_deferred, signal_group, stop_groups
 from dpedu._rank import RankFailedError
 from dpedu._validate import real, whole
 from dpedu.commands import free_port
@@ -105,40 +105,17 @@ def _check_arguments(fn: Any, world_size: Any, args: Any, timeout: Any, backend:
         raise TypeError(f"fn or args cannot be sent to the ranks (not picklable): {exc}") from None
 
 
-def _stop(processes: Sequence[mp.process.BaseProcess], exit_grace: float = 0.0, grace: float = 1.0) -> None:
-    """Give ranks ``exit_grace`` s to exit, then SIGTERM and SIGKILL each rank's process group; reap all.
-
-    Every rank leads its own process group, so the signals also reach processes a rank started.
-    They go out before any rank is reaped: an unreaped rank keeps its pid, so the group signalled
-    can only be ours, never a newcomer's that was given a freed pid.
-    """
+def _stop(processes: Sequence[mp.process.BaseProcess], exit_grace: float = 0.0) -> None:
+    """Give ranks ``exit_grace`` s to exit, stop each rank's process group (its children too), reap all."""
     started = [p for p in processes if p.pid is not None]
-    _wait_for_exit(started, exit_grace)
-    for sig in (signal.SIGTERM, getattr(signal, "SIGKILL", signal.SIGTERM)):
-        for p in started:
-            _signal_group(p, sig)
-        _wait_for_exit(started, grace)
+    stop_groups({p.pid: partial(_has_exited, p) for p in started}, exit_grace=exit_grace)
     for p in started:
         p.join()
         p.close()
 
 
-def _signal_group(process: mp.process.BaseProcess, sig: int) -> None:
-    try:
-        os.killpg(process.pid, sig)
-    except ProcessLookupError:  # the group is empty: nothing left to stop
-        pass
-    except (AttributeError, PermissionError, OSError):  # no process groups here (Windows): the rank alone
-        process.terminate() if sig == signal.SIGTERM else process.kill()
-
-
-def _wait_for_exit(processes: Sequence[mp.process.BaseProcess], seconds: float) -> None:
-    """Wait up to ``seconds`` for every process to exit, without reaping any (sentinels only)."""
-    deadline = time.monotonic() + seconds
-    pending = [p.sentinel for p in processes]
-    while pending and (left := deadline - time.monotonic()) > 0:
-        ready = wait(pending, timeout=left)
-        pending = [s for s in pending if s not in ready]
+def _has_exited(process: mp.process.BaseProcess) -> bool:
+    return bool(wait([process.sentinel], timeout=0))  # the sentinel tells without reaping
 
 
 def launch(
@@ -181,7 +158,7 @@ def launch(
         outputs = [_rank.RankOutput(logdir, r) for r in range(world_size)]
         processes, readers = [], []
         try:
-            with _interrupts_deferred():  # a Ctrl-C now would leave a started rank unrecorded
+            with interrupts_deferred():  # a Ctrl-C now would leave a started rank unrecorded
                 for r in range(world_size):
                     reader, writer = ctx.Pipe(duplex=False)
                     spec = _rank.RankSpec(r, world_size, backend, timeout, threads_per_rank, env, logdir)
@@ -203,24 +180,6 @@ def launch(
         finally:
             _rank.show_outputs(outputs, final=True)
     return results
-
-
-@contextmanager
-def _interrupts_deferred():
-    """Hold back SIGINT inside the block and deliver it at the end, so the block runs whole."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(frame))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if received and callable(previous):
-        previous(signal.SIGINT, received[0])  # Python's default handler raises KeyboardInterrupt
-    elif received and previous != signal.SIG_IGN:
-        raise KeyboardInterrupt
 
 
 def _collect(processes, readers, outputs, deadline, timeout, stream) -> list[Any]:
@@ -267,7 +226,7 @@ def _first_failure(errors: list, pending: dict, processes) -> RankFailedError:
     wait([processes[rank].sentinel for rank in pending.values()], timeout=0.2)  # a death shows at once
     reports = dict(_reports_sent(pending))
     for rank in sorted(pending.values()):
-        if rank not in reports and wait([processes[rank].sentinel], timeout=0):  # exited, reported nothing
+        if rank not in reports and _has_exited(processes[rank]):  # exited, reported nothing
             return _died(processes[rank], rank)
     errors += [(value[2], rank, value[:2]) for rank, (status, value) in reports.items() if status == "error"]
     _, rank, (summary, remote_traceback) = min(errors)
@@ -287,7 +246,7 @@ def _reports_sent(pending: dict) -> list[tuple[int, tuple[str, Any]]]:
 
 
 def _died(process: mp.process.BaseProcess, rank: int) -> RankFailedError:
-    _signal_group(process, getattr(signal, "SIGKILL", signal.SIGTERM))  # its children, before reaping it
+    signal_group(process.pid, signal.SIGKILL)  # its children, before reaping it
     process.join(1.0)
     code = process.exitcode
     how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"

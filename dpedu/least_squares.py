@@ -29,6 +29,12 @@ def per_example_gradients(A: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> 
     return 2 * (A @ w - y).unsqueeze(1) * A
 
 
+def batch_gradients(A: torch.Tensor, y: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+    """The mean gradient of each of many batches, one per run: A (runs, B, d), y (runs, B), W (runs, d)."""
+    residual = (A @ W.unsqueeze(-1)).squeeze(-1) - y
+    return 2 * (residual.unsqueeze(-1) * A).mean(1)
+
+
 def hessian(A: torch.Tensor) -> torch.Tensor:
     return 2 * A.T @ A / len(A)
 

@@ -14,3 +14,12 @@ def test_report_agrees_with_torch_and_leaves_cuda_alone():
     assert not torch.cuda.is_initialized()
     text = str(report)
     assert f"torch {torch.__version__}" in text and "gloo yes" in text
+
+
+def test_gpus_are_read_in_a_child_while_cuda_is_not_initialised(monkeypatch):
+    from dpedu import environment
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # take the child path even without a GPU
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    real_count = torch.cuda.device_count() if torch.cuda.is_available.__module__ != __name__ else 0
+    assert len(environment._gpus()) == real_count

@@ -11,36 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+from processes import alive, children_of
 
 import dpedu
 from dpedu import LaunchTimeoutError, RankFailedError, launch
 from dpedu.launcher import choose_start_method
-
-
-def _children_of(pid: int) -> list[int]:
-    """Live (not zombie) processes whose parent is ``pid``, read from /proc.
-
-    multiprocessing's resource tracker is left out: spawn starts that one shared helper per parent
-    process, and it ends with the parent; it is not a rank.
-    """
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-                command = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if int(fields[1]) == pid and fields[0] != "Z" and b"resource_tracker" not in command:
-                found.append(int(entry.name))
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.fixture(autouse=True)
@@ -48,7 +23,7 @@ def no_leftover_processes():
     yield
     assert mp.active_children() == []
     if Path("/proc").exists():
-        assert _children_of(os.getpid()) == []
+        assert children_of(os.getpid()) == []
 
 
 def identify():
@@ -185,9 +160,9 @@ def test_processes_started_by_a_rank_are_stopped_too(tmp_path):
         launch(start_grandchild_then_fail, 1, args=(str(pidfile),))
     grandchild = int(pidfile.read_text())
     deadline = time.monotonic() + 5
-    while _alive(grandchild) and time.monotonic() < deadline:
+    while alive(grandchild) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(grandchild)
+    assert not alive(grandchild)
 
 
 def sleep_forever():

@@ -35,3 +35,12 @@ def test_loss_takes_one_or_several_weight_vectors():
     several = least_squares.loss(A, y, W)
     assert several.shape == (3,)
     torch.testing.assert_close(several[1], least_squares.loss(A, y, W[1]))
+
+
+def test_batch_gradients_are_the_mean_of_per_example_gradients_for_each_run():
+    g = torch.Generator().manual_seed(1)
+    A, y = torch.randn(3, 8, 4, generator=g, dtype=torch.float64), torch.randn(3, 8, generator=g, dtype=torch.float64)
+    W = torch.randn(3, 4, generator=g, dtype=torch.float64)
+    for run in range(3):
+        torch.testing.assert_close(least_squares.batch_gradients(A, y, W)[run],
+                                   least_squares.per_example_gradients(A[run], y[run], W[run]).mean(0))

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import dpedu
+from dpedu import least_squares
 from dpedu.noise_scale import simple_noise_scale, two_batch_noise_scale
 from dpedu.noisy_quadratic import NoisyQuadratic
 
@@ -22,7 +23,7 @@ def test_matches_the_closed_form_of_the_noisy_quadratic():
     generator = torch.Generator().manual_seed(0)
     w = torch.full((10,), 0.5, dtype=torch.float64)
     X, y = problem.sample(40_000, generator)
-    rows = 2 * ((X[0] @ w - y[0]).unsqueeze(1) * X[0])
+    rows = least_squares.per_example_gradients(X[0], y[0], w)
     assert simple_noise_scale(rows) == pytest.approx(problem.simple_noise_scale(w), rel=0.05)
     assert dpedu.simple_noise_scale is simple_noise_scale
 
@@ -34,7 +35,7 @@ def test_two_batch_estimator_recovers_the_same_value():
 
     def norms(batch):
         X, y = problem.sample(batch, generator, runs=3000)
-        return (2 * ((X @ w - y).unsqueeze(-1) * X).mean(1)).pow(2).sum(-1)
+        return least_squares.batch_gradients(X, y, w.expand(len(X), -1)).pow(2).sum(-1)
 
     estimate = two_batch_noise_scale(norms(2), norms(128), 2, 128)
     assert estimate == pytest.approx(problem.simple_noise_scale(w), rel=0.1)

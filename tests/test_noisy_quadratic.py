@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from dpedu import least_squares
 from dpedu.noisy_quadratic import NoisyQuadratic, expected_excess
 
 
@@ -11,7 +12,7 @@ def test_recursion_matches_the_mean_of_sampled_sgd_runs():
     W = torch.zeros(runs, 5, dtype=torch.float64)
     for _ in range(steps):
         X, y = problem.sample(batch, generator, runs)
-        W = W - lr * 2 * (((X @ W.unsqueeze(-1)).squeeze(-1) - y).unsqueeze(-1) * X).mean(1)
+        W = W - lr * least_squares.batch_gradients(X, y, W)
     sampled = problem.excess_loss(W)
     exact = expected_excess(problem, lr, batch, steps)[-1].item()
     assert abs(sampled.mean().item() - exact) < 4 * sampled.std().item() / runs**0.5

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.utils.data.distributed import DistributedSampler
 
 from dpedu import ddp
@@ -22,13 +21,8 @@ def samples_per_rank(dataset_size: int, world_size: int, drop_last: bool, answer
 
 
 def _count_allreduces(steps: int, accumulation: int, no_sync: bool) -> int:
-    calls = []
-
-    def counting_allreduce(state, bucket):
-        calls.append(bucket.index())
-        return allreduce_hook(state, bucket)
-
-    ddp.train(steps, 8 * accumulation, 0.1, accumulation=accumulation, no_sync=no_sync, comm_hook=counting_allreduce)
+    hook, calls = ddp.counting_allreduce()
+    ddp.train(steps, 8 * accumulation, 0.1, accumulation=accumulation, no_sync=no_sync, comm_hook=hook)
     return len(calls)
 
 

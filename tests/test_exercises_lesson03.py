@@ -1,0 +1,26 @@
+import pytest
+
+from dpedu.exercises import lesson03
+
+
+def test_sampler_check():
+    assert lesson03.samples_per_rank(10, 4, False, 3) and lesson03.samples_per_rank(10, 4, True, 2)
+    assert not lesson03.samples_per_rank(10, 4, False, 2)
+
+
+def test_allreduce_count_check_runs_ddp_with_and_without_no_sync():
+    assert lesson03.allreduce_calls(3, 2, True, 3) and lesson03.allreduce_calls(3, 2, False, 6)
+    assert not lesson03.allreduce_calls(3, 2, True, 6)
+
+
+def test_summed_loss_check_compares_ddp_with_one_process():
+    assert lesson03.summed_loss_lr(2, 0.002, 0.001)
+    assert not lesson03.summed_loss_lr(2, 0.002, 0.002)
+
+
+@pytest.mark.parametrize("call", [lambda: lesson03.samples_per_rank(0, 4, False, 1),
+                                  lambda: lesson03.allreduce_calls(3, 0, True, 1),
+                                  lambda: lesson03.summed_loss_lr(True, 0.1, 0.1)])
+def test_bad_arguments(call):
+    with pytest.raises(ValueError):
+        call()
