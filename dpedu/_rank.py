@@ -133,3 +133,6 @@ def run_rank(spec: RankSpec, payload: bytes, report: Any, parent_pid: int) -> No
     report.close()
     if dist.is_initialized():
         dist.destroy_process_group()
+    # End as a forked child always ends, without interpreter shutdown: threads a library left running
+    # can abort the process there, after it has reported (see the note in dpedu/ddp.py).
+    os._exit(0)

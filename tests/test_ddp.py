@@ -1,6 +1,11 @@
+import os
+import subprocess
+import sys
+
 import pytest
 
 from dpedu import ddp, launch
+from dpedu.commands import free_port
 from dpedu.training import largest_difference
 
 
@@ -35,3 +40,25 @@ def test_resuming_from_a_state_continues_the_same_run():
 def test_bad_options_name_themselves(options, name):
     with pytest.raises(ValueError, match=name):
         ddp.train(1, 32, 0.1, ddp=False, **options)
+
+
+AFTER_TRAINING = """
+import os, sys
+import torch.distributed as dist
+from dpedu import ddp
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{sys.argv[1]}", rank=0, world_size=1)
+ddp.train(2, 8, 0.1)
+dist.destroy_process_group()
+threads = [open(f"/proc/self/task/{task}/comm").read().strip() for task in os.listdir("/proc/self/task")]
+print(sorted(name for name in threads if "gloo" in name))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads thread names from /proc")
+def test_destroying_the_group_after_ddp_stops_its_gloo_threads():
+    # A group that outlives destroy_process_group keeps gloo threads that can abort the interpreter
+    # at exit (see the note in dpedu/ddp.py); in a fresh process, as under torchrun.
+    run = subprocess.run([sys.executable, "-c", AFTER_TRAINING, str(free_port())], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]", f"gloo threads still running after destroy_process_group: {run.stdout}"
