@@ -16,6 +16,8 @@ import os
 import torch
 import torch.distributed as dist
 
+# Importing dpedu.ddp also imports torch._dynamo before the process group exists; a script without it
+# can abort at exit after using DDP (the note in dpedu/ddp.py says why).
 from dpedu import ddp
 from dpedu.datasets import digits
 from dpedu.models import mlp
