@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from dpedu._processes import stop_groups
+from dpedu._validate import real
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,7 @@ def run_together(commands: Sequence[Sequence[str]], *, timeout: float, cwd: str 
     """
     if not commands or any(isinstance(c, str) or not c for c in commands):
         raise ValueError("commands must be a non-empty list of argument lists, e.g. [['torchrun', 'x.py']]")
-    if not timeout > 0:
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    real("timeout", timeout, above=0)
     environment = {**os.environ, **(env or {})}
     processes: list[subprocess.Popen] = []
     with tempfile.TemporaryDirectory(prefix="dpedu-run-") as logs:

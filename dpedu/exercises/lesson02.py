@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
@@ -10,7 +9,7 @@ import torch.nn.functional as F
 
 from dpedu._validate import whole
 from dpedu.datasets import digits
-from dpedu.exercises import verdict
+from dpedu.exercises import close, verdict
 from dpedu.models import mlp
 
 
@@ -25,7 +24,7 @@ def ring_bytes_per_worker(workers: int, gradient_bytes: int, answer: float) -> b
     whole("workers", workers)
     whole("gradient_bytes", gradient_bytes)
     truth = 2 * (workers - 1) / workers * gradient_bytes
-    return verdict(isinstance(answer, (int, float)) and math.isclose(answer, truth, rel_tol=1e-9),
+    return verdict(close(answer, truth, rel=1e-9),
                    "K - 1 steps of reduce-scatter and K - 1 of all-gather, each sending a K-th of the gradient")
 
 
