@@ -2,9 +2,10 @@
 process also stops every process it started, without touching anyone else's.
 
 Each process dpedu starts leads its own process group (a rank calls ``setpgid``; a command runs in a
-new session), so one signal to the group also reaches its children. Groups are signalled before
-their leader is reaped: an unreaped leader keeps its pid, so the group signalled can only be ours,
-never a newcomer's that was given a freed pid.
+new session), so one signal to the group also reaches its children. The leader itself is signalled
+too: a rank that is still starting (importing torch under spawn) has no group of its own yet. Both
+are signalled before the leader is reaped: an unreaped leader keeps its pid, so what is signalled
+can only be ours, never a newcomer's that was given a freed pid.
 """
 
 from __future__ import annotations
@@ -14,22 +15,27 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
-from contextlib import contextmanager
 
 
 def signal_group(pid: int, sig: int) -> None:
-    """Send ``sig`` to the process group led by ``pid``; an empty group is already stopped."""
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):  # no members left (macOS says EPERM for zombies)
-        pass
+    """Send ``sig`` to the process ``pid`` and then to the group it leads; a gone target is skipped.
+
+    The process first: once it has stopped it can start no new child, so the group signalled next
+    holds every child it ever started.
+    """
+    for send in (os.kill, os.killpg):
+        try:
+            send(pid, sig)
+        except (ProcessLookupError, PermissionError):  # gone, or no group yet (macOS says EPERM for zombies)
+            pass
 
 
 def stop_groups(leaders: Mapping[int, Callable[[], bool]], exit_grace: float = 0.0, grace: float = 1.0) -> None:
     """Give the leaders ``exit_grace`` s to end, then SIGTERM, and ``grace`` s later SIGKILL, each group.
 
     ``leaders`` maps each leader's pid to a check "has it exited?" that must not reap it. Nothing
-    is reaped here; the caller reaps the leaders afterwards.
+    is reaped here; the caller reaps the leaders afterwards. SIGKILL goes to every group whether or
+    not its leader has exited, since a leader's children may outlive it.
     """
     _wait_until(lambda: all(exited() for exited in leaders.values()), exit_grace)
     for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -44,19 +50,39 @@ def _wait_until(condition: Callable[[], bool], seconds: float) -> None:
         time.sleep(0.002)
 
 
-@contextmanager
-def interrupts_deferred():
-    """Hold back SIGINT inside the block and deliver it at the end, so the block runs whole."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(frame))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if received and callable(previous):
-        previous(signal.SIGINT, received[0])  # Python's default handler raises KeyboardInterrupt
-    elif received and previous != signal.SIG_IGN:
-        raise KeyboardInterrupt
+class InterruptGuard:
+    """While active, Ctrl-C (SIGINT) is only recorded; ``check()`` raises it where that is safe.
+
+    Code that starts and stops processes must never be cut short between two steps: a rank started
+    but not yet recorded, or a clean-up abandoned half-way, would outlive the call. So the guard
+    holds every interrupt back, the wait loop calls ``check()`` to turn one into ``KeyboardInterrupt``,
+    and an interrupt that arrives during the clean-up is raised when the guard exits, after it.
+    Outside the main thread (where no signal handler can be set) it does nothing.
+    """
+
+    def __init__(self) -> None:
+        self._received = 0
+        self._previous = None
+        self._active = False
+
+    def __enter__(self) -> InterruptGuard:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._record)
+            self._active = True
+        return self
+
+    def _record(self, signum, frame) -> None:
+        self._received += 1
+
+    def check(self) -> None:
+        """Raise ``KeyboardInterrupt`` if Ctrl-C came since the last check (and it is not ignored)."""
+        if self._received and self._previous != signal.SIG_IGN:
+            self._received = 0
+            raise KeyboardInterrupt
+        self._received = 0
+
+    def __exit__(self, *exc_info) -> None:
+        if self._active:
+            signal.signal(signal.SIGINT, self._previous)
+            self._active = False
+        self.check()  # a Ctrl-C during the clean-up: delivered now that the clean-up is done

@@ -7,7 +7,9 @@ and in rank order whatever the start method.
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import re
 import signal
 import sys
 import time
@@ -21,32 +23,23 @@ import cloudpickle
 import torch
 import torch.distributed as dist
 
-
-class RankFailedError(RuntimeError):
-    """A rank raised or died. ``rank`` names it; ``remote_traceback`` is its own traceback."""
-
-    def __init__(self, rank: int, summary: str, remote_traceback: str = ""):
-        self.rank = rank
-        self.summary = summary
-        self.remote_traceback = remote_traceback
-        message = f"rank {rank} failed: {summary}"
-        if remote_traceback:
-            message += f"\n\n--- traceback in rank {rank} ---\n{remote_traceback.rstrip()}"
-        super().__init__(message)
-
-    def __reduce__(self):
-        return type(self), (self.rank, self.summary, self.remote_traceback)
+# The process group's own timeout is set this much above launch's deadline, so that launch always
+# stops a stuck rank first, with its own error, instead of racing torch's.
+GROUP_TIMEOUT_MARGIN = 10.0
+PORT_TAKEN = "port taken"  # the report of a rank 0 that could not listen on MASTER_PORT
 
 
 @dataclass(frozen=True)
 class RankSpec:
     rank: int
     world_size: int
-    backend: str
+    backend: str  # "gloo", or "nccl" for a group with nccl for CUDA tensors and gloo for CPU ones
     timeout: float
     threads: int
     env: dict[str, str]
     logdir: str
+    launcher_pid: int
+    child_of_launcher: bool  # False under forkserver: the server is the parent, not the launcher
 
 
 class RankOutput:
@@ -91,9 +84,12 @@ def _capture_output(logdir: str, rank: int) -> None:
     sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    """Own a process group (so the parent can stop our children too) and die if the parent dies."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # the parent held Ctrl-C back while starting us
+def _die_with_parent(spec: RankSpec) -> None:
+    """Own a process group (so the launcher can stop our children too) and die if our parent dies.
+
+    Under forkserver the parent is the server, which exits when the launcher does.
+    """
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # the launcher held Ctrl-C back while starting us
     if hasattr(os, "setpgid"):
         os.setpgid(0, 0)
     if sys.platform.startswith("linux"):
@@ -101,24 +97,62 @@ def _die_with_parent(parent_pid: int) -> None:
 
         PR_SET_PDEATHSIG = 1
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+    try:  # the launcher died before prctl took effect?
+        launcher_gone = os.getppid() != spec.launcher_pid if spec.child_of_launcher else \
+            os.kill(spec.launcher_pid, 0)
+    except ProcessLookupError:
+        launcher_gone = True
+    if launcher_gone:
         os._exit(1)
 
 
-def run_rank(spec: RankSpec, payload: bytes, report: Any, parent_pid: int) -> None:
+def _dump_stack_on_request(spec: RankSpec) -> None:
+    """On SIGUSR1, write every thread's Python stack to a file: launch asks before stopping a stuck rank."""
+    if hasattr(signal, "SIGUSR1"):
+        stacks = open(Path(spec.logdir, f"rank{spec.rank}.stack"), "w")  # open as long as the rank lives
+        faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
+
+
+def where_stuck(logdir: str, rank: int) -> str:
+    """Where a rank's main thread was when it dumped its stack, e.g. "in barrier, called at f line 3"."""
+    path = Path(logdir, f"rank{rank}.stack")
+    text = path.read_text(errors="replace") if path.exists() else ""
+    main = next((block for block in text.split("\n\n") if " in run_rank" in block), "")
+    frames = re.findall(r'File "(.*)", line (\d+) in (\S+)', main.split(" in run_rank")[0])
+    if not frames:
+        return "still starting (no Python stack yet)"
+    libraries = (os.path.dirname(torch.__file__), os.path.dirname(os.__file__), os.path.dirname(__file__))
+    ours = next(((line, name) for file, line, name in frames if not file.startswith(libraries)), None)
+    innermost = frames[0][2]
+    if ours is None:
+        return f"in {innermost}"
+    at = f"{ours[1]} line {ours[0]}"
+    return f"at {at}" if innermost == ours[1] else f"in {innermost}, called at {at}"
+
+
+def run_rank(spec: RankSpec, payload: bytes, report: Any) -> None:
     """Entry point of a rank process: set up, run ``fn(*args)``, send the outcome, tear down."""
-    _die_with_parent(parent_pid)
+    _die_with_parent(spec)
     _capture_output(spec.logdir, spec.rank)
+    _dump_stack_on_request(spec)
     os.environ.update(spec.env)
     os.environ.update(RANK=str(spec.rank), LOCAL_RANK=str(spec.rank), GROUP_RANK="0",
                       LOCAL_WORLD_SIZE=str(spec.world_size), OMP_NUM_THREADS=str(spec.threads))
     torch.set_num_threads(spec.threads)
     try:
         fn, args = cloudpickle.loads(payload)
-        if spec.backend == "nccl":
+        backend = spec.backend
+        if backend == "nccl":  # one GPU per rank; CPU tensors keep working through gloo
             torch.cuda.set_device(spec.rank)
-        dist.init_process_group(spec.backend, rank=spec.rank, world_size=spec.world_size,
-                                timeout=timedelta(seconds=spec.timeout))
+            backend = "cpu:gloo,cuda:nccl"
+        try:
+            dist.init_process_group(backend, rank=spec.rank, world_size=spec.world_size,
+                                    timeout=timedelta(seconds=spec.timeout + GROUP_TIMEOUT_MARGIN))
+        except dist.DistNetworkError as exc:
+            if "EADDRINUSE" not in str(exc):
+                raise
+            _report(report, cloudpickle.dumps((PORT_TAKEN, None)))  # launch tries again on another port
+            os._exit(0)
         result = fn(*args)
         try:
             message = cloudpickle.dumps(("ok", result))
@@ -127,12 +161,16 @@ def run_rank(spec: RankSpec, payload: bytes, report: Any, parent_pid: int) -> No
     except BaseException as exc:  # noqa: BLE001 - every failure, KeyboardInterrupt too, goes to the parent
         # The time lets the parent tell the first failure from the ones it caused in other ranks.
         message = cloudpickle.dumps(("error", (f"{type(exc).__name__}: {exc}", traceback.format_exc(), time.time())))
-    sys.stdout.flush()
-    sys.stderr.flush()
-    report.send_bytes(message)  # before tearing down, so a failure is reported before peers notice it
-    report.close()
+    _report(report, message)  # before tearing down, so a failure is reported before peers notice it
     if dist.is_initialized():
         dist.destroy_process_group()
     # End as a forked child always ends, without interpreter shutdown: threads a library left running
     # can abort the process there, after it has reported (see the note in dpedu/ddp.py).
     os._exit(0)
+
+
+def _report(report: Any, message: bytes) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    report.send_bytes(message)
+    report.close()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import tempfile
 import time
@@ -11,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 
-from dpedu._processes import stop_groups
+from dpedu._processes import InterruptGuard, stop_groups
 from dpedu._validate import real
 
 
@@ -23,31 +22,21 @@ class Finished:
     stderr: str
 
 
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now, for a command that will bind it (a torchrun rendezvous).
-
-    The port is released before the command binds it, so another program could take it first. On one
-    machine that is rare; on a real cluster, agree on a fixed port instead.
-    """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_together(commands: Sequence[Sequence[str]], *, timeout: float, cwd: str | None = None,
                  env: dict[str, str] | None = None) -> list[Finished]:
     """Start every command at once and wait for all; return what each printed, in order.
 
     Each command runs in its own session, so stopping it also stops the processes it started.
     If any is still running after ``timeout`` seconds, or on Ctrl-C or any error here, all of
-    them are stopped and reaped before the exception propagates (``TimeoutError`` names them).
+    them are stopped and reaped before the exception propagates (``TimeoutError`` names them); a
+    second Ctrl-C during that clean-up is raised after it.
     """
     if not commands or any(isinstance(c, str) or not c for c in commands):
         raise ValueError("commands must be a non-empty list of argument lists, e.g. [['torchrun', 'x.py']]")
     real("timeout", timeout, above=0)
     environment = {**os.environ, **(env or {})}
     processes: list[subprocess.Popen] = []
-    with tempfile.TemporaryDirectory(prefix="dpedu-run-") as logs:
+    with tempfile.TemporaryDirectory(prefix="dpedu-run-") as logs, InterruptGuard() as interrupts:
         files = [(open(os.path.join(logs, f"{i}.out"), "w+"), open(os.path.join(logs, f"{i}.err"), "w+"))
                  for i in range(len(commands))]
         try:
@@ -56,6 +45,7 @@ def run_together(commands: Sequence[Sequence[str]], *, timeout: float, cwd: str 
                                                   stdin=subprocess.DEVNULL, start_new_session=True))
             deadline = time.monotonic() + timeout
             while running := [" ".join(c) for c, p in zip(commands, processes, strict=True) if not _has_exited(p)]:
+                interrupts.check()  # Ctrl-C is raised here, never in the middle of starting or stopping
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"still running after timeout={timeout:g} s, stopped: {running}")
                 time.sleep(0.05)

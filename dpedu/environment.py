@@ -28,13 +28,27 @@ class EnvironmentReport:
     cpu_cores: int
     gpus: tuple[GPU, ...]
     backends: dict[str, bool]
+    start_method: str
+    start_method_why: str | None
 
     def __str__(self) -> str:
         gpus = "\n".join(f"  GPU {g.index}: {g.name}, {g.memory_gib:.1f} GiB" for g in self.gpus) or "  none"
         backends = ", ".join(f"{name} {'yes' if ok else 'no'}" for name, ok in self.backends.items())
         return (f"Python {self.python}, torch {self.torch}, on {self.system}\n"
                 f"CPU cores: {self.cpu_cores}\nGPUs:\n{gpus}\n"
-                f"torch.distributed backends: {backends}")
+                f"torch.distributed backends: {backends}\n"
+                f"dpedu.launch starts ranks by: {self.start_method}"
+                + (f" ({self.start_method_why})" if self.start_method_why else ""))
+
+
+def gpu_count() -> int:
+    """How many GPUs torch can use here, counted without initialising CUDA in this process.
+
+    ``torch.cuda.device_count()`` asks NVML and, as torch documents, does not spoil a later fork when
+    NVML answers; ``torch.cuda.is_available()`` calls cuInit and does (unless
+    ``PYTORCH_NVML_BASED_CUDA_CHECK=1``). dpedu asks this way everywhere.
+    """
+    return torch.cuda.device_count()
 
 
 def _gpu_properties() -> list[tuple[str, int]]:
@@ -49,7 +63,7 @@ def _gpus() -> tuple[GPU, ...]:
     fall back to the slower spawn), so unless CUDA is already up the properties are read in a
     short-lived child process.
     """
-    if not torch.cuda.is_available():
+    if not gpu_count():
         return ()
     if torch.cuda.is_initialized():
         found = _gpu_properties()
@@ -62,7 +76,10 @@ def _gpus() -> tuple[GPU, ...]:
 
 
 def environment_report() -> EnvironmentReport:
-    """Versions, cores, GPUs with their memory, and which torch.distributed backends are built in."""
+    """Versions, cores, GPUs with their memory, the torch.distributed backends built in, and how
+    ``dpedu.launch`` starts ranks here (and why, when it cannot fork)."""
+    from dpedu.start_methods import choose_start_method  # it counts GPUs with this module's gpu_count
+
     gpus = _gpus()
     available = dist.is_available()
     backends = {
@@ -72,5 +89,6 @@ def environment_report() -> EnvironmentReport:
     }
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return EnvironmentReport(platform.python_version(), torch.__version__,
-                             f"{platform.system()} {platform.machine()}", cores, gpus, backends)
+                             f"{platform.system()} {platform.machine()}", cores, gpus, backends,
+                             *choose_start_method())
 

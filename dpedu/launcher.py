@@ -6,15 +6,16 @@ what a plain ``mp.spawn`` gives, ``launch`` guarantees what a classroom needs:
 
 - rank outputs appear in the cell, labelled and in rank order (so stored notebook outputs reproduce);
 - an exception in any rank is raised in the caller with that rank's traceback, and stops the others;
-- a rank stuck in a collective is stopped after ``timeout`` seconds;
-- no child process outlives the call, whatever happens (error, timeout, Ctrl-C / kernel interrupt).
+- a rank stuck in a collective is stopped after ``timeout`` seconds, and the error says where it was;
+- no child process outlives the call, whatever happens (error, timeout, Ctrl-C / kernel interrupt,
+  a second Ctrl-C during the clean-up), under every start method.
 
-The child side (what runs inside each rank) lives in :mod:`dpedu._rank`.
+The child side (what runs inside each rank) lives in :mod:`dpedu._rank`; how ranks are started
+(fork, forkserver, spawn) in :mod:`dpedu.start_methods`.
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import pickle
 import signal
@@ -25,58 +26,73 @@ import warnings
 from collections.abc import Callable, Sequence
 from functools import partial
 from multiprocessing.connection import wait
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 import cloudpickle
-import torch
-import torch.distributed as dist
 
 from dpedu import _rank
-from dpedu._processes import interrupts_deferred, signal_group, stop_groups
-from dpedu._rank import RankFailedError
+from dpedu._processes import InterruptGuard, signal_group, stop_groups
 from dpedu._validate import real, whole
-from dpedu.commands import free_port
+from dpedu.environment import gpu_count
+from dpedu.rendezvous import free_port
+from dpedu.start_methods import choose_start_method, context
 
-__all__ = ["launch", "LaunchTimeoutError", "RankFailedError", "choose_start_method"]
+__all__ = ["launch", "LaunchTimeoutError", "RankFailedError"]
 
 _BACKENDS = ("gloo", "nccl")  # mpi needs ranks started by mpirun (lesson 08), not by launch
+_PORT_TRIES = 3
 _said_why: set[str] = set()
 
 
+class RankFailedError(RuntimeError):
+    """A rank raised or died. ``rank`` names it; ``remote_traceback`` is its own traceback."""
+
+    def __init__(self, rank: int, summary: str, remote_traceback: str = "", context: str = ""):
+        self.rank = rank
+        self.summary = summary
+        self.remote_traceback = remote_traceback
+        self.context = context
+        message = f"rank {rank} failed: {summary}" + (f"\n{context}" if context else "")
+        if remote_traceback:
+            message += f"\n\n--- traceback in rank {rank} ---\n{remote_traceback.rstrip()}"
+        super().__init__(message)
+
+    def __reduce__(self):
+        return type(self), (self.rank, self.summary, self.remote_traceback, self.context)
+
+
 class LaunchTimeoutError(TimeoutError):
-    """Some ranks did not finish within the launch's ``timeout``; ``unfinished`` lists them."""
+    """Some ranks did not finish within ``timeout``; ``unfinished`` lists them, ``where`` where each was."""
 
-    def __init__(self, unfinished: list[int], timeout: float):
-        self.unfinished = unfinished
-        super().__init__(
-            f"rank(s) {unfinished} did not finish within timeout={timeout:g} s and were stopped "
-            "(a rank waiting in a collective that another rank never joins waits forever)"
-        )
+    def __init__(self, unfinished: list[int], timeout: float, where: dict[int, str], finished: list[int]):
+        self.unfinished, self.where, self.finished = unfinished, where, finished
+        lines = [f"rank(s) {unfinished} did not finish within timeout={timeout:g} s and were stopped."]
+        lines += [f"  rank {rank} was {where[rank]}" for rank in unfinished if rank in where]
+        if finished:
+            lines.append(f"  rank(s) {finished} had already finished.")
+        lines.append("A rank in a collective that its peers never join (or join in another order) waits for the "
+                     "process group's timeout; launch stops it at its own deadline, a little earlier.")
+        super().__init__("\n".join(lines))
 
 
-def choose_start_method(start_method: str | None = None) -> tuple[str, str | None]:
-    """Return ``(method, why_not_fork)``: fork where it is safe, else spawn with the reason.
+class _PortTaken(Exception):
+    """Rank 0 could not listen on the chosen port: another program took it first."""
 
-    Fork is fast (the child already has torch imported) but unsafe once CUDA is initialised, and
-    unavailable or unreliable off Linux. ``spawn`` re-imports torch in every child (seconds), but
-    with cloudpickle it still runs functions defined in a notebook cell.
+
+def _default_backend(backend: str | None, world_size: int) -> str:
+    """gloo unless nccl is asked for, so that the same cell gives the same numbers on every machine.
+
+    nccl moves CUDA tensors only, and each rank needs a GPU of its own: asked for without enough
+    GPUs, it is refused here, before any process starts.
     """
-    forced = start_method or mp.get_start_method(allow_none=True)
-    if forced is not None:
-        if forced not in mp.get_all_start_methods():
-            raise ValueError(f"start_method must be one of {mp.get_all_start_methods()}, got {forced!r}")
-        return forced, None if forced == "fork" else f"the start method {forced!r} was requested"
-    if not sys.platform.startswith("linux"):
-        return "spawn", f"fork is not reliable on {sys.platform}"
-    if torch.cuda.is_initialized():
-        return "spawn", "CUDA is already initialised in this process, and a forked child cannot use it"
-    return "fork", None
-
-
-def _default_backend(world_size: int) -> str:
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    nccl = dist.is_available() and dist.is_nccl_available()
-    return "nccl" if nccl and gpus >= world_size else "gloo"
+    if backend != "nccl":
+        return "gloo"
+    gpus = gpu_count()
+    if gpus < world_size:
+        raise ValueError(f"backend='nccl' needs a GPU per rank: world_size={world_size}, but this machine "
+                         f"has {gpus} GPU(s); use backend='gloo' (the default) or fewer ranks")
+    return "nccl"
 
 
 def _loopback_interface() -> str | None:
@@ -89,7 +105,8 @@ def _loopback_interface() -> str | None:
         return None
 
 
-def _check_arguments(fn: Any, world_size: Any, args: Any, timeout: Any, backend: Any, threads: Any) -> bytes:
+def _check_arguments(fn: Any, world_size: Any, args: Any, timeout: Any, backend: Any, threads: Any,
+                     stream: Any) -> bytes:
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     whole("world_size", world_size)
@@ -99,23 +116,12 @@ def _check_arguments(fn: Any, world_size: Any, args: Any, timeout: Any, backend:
     if backend is not None and backend not in _BACKENDS:
         raise ValueError(f"backend must be None or one of {_BACKENDS}, got {backend!r}")
     whole("threads_per_rank", threads)
+    if not isinstance(stream, bool):
+        raise TypeError(f"stream must be True or False, got {stream!r}")
     try:  # every start method gets the same rule: what cannot be pickled cannot be sent
         return cloudpickle.dumps((fn, tuple(args)))
     except Exception as exc:
         raise TypeError(f"fn or args cannot be sent to the ranks (not picklable): {exc}") from None
-
-
-def _stop(processes: Sequence[mp.process.BaseProcess], exit_grace: float = 0.0) -> None:
-    """Give ranks ``exit_grace`` s to exit, stop each rank's process group (its children too), reap all."""
-    started = [p for p in processes if p.pid is not None]
-    stop_groups({p.pid: partial(_has_exited, p) for p in started}, exit_grace=exit_grace)
-    for p in started:
-        p.join()
-        p.close()
-
-
-def _has_exited(process: mp.process.BaseProcess) -> bool:
-    return bool(wait([process.sentinel], timeout=0))  # the sentinel tells without reaping
 
 
 def launch(
@@ -131,68 +137,97 @@ def launch(
 ) -> list[Any]:
     """Run ``fn(*args)`` on ``world_size`` ranks and return their results, indexed by rank.
 
-    Every rank has ``torch.distributed`` initialised (``backend``: nccl when each rank can have its
-    own GPU, else gloo), the torchrun variables ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
-    ``MASTER_ADDR`` and ``MASTER_PORT`` set, ``threads_per_rank`` CPU threads, and its process group
-    destroyed at the end. Printed output is shown labelled ``[rank r]``: in rank order once all
-    ranks are done, or live with ``stream=True``.
+    Every rank has ``torch.distributed`` initialised, the torchrun variables ``RANK``, ``WORLD_SIZE``,
+    ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT`` set, ``threads_per_rank`` CPU threads, and its
+    process group destroyed at the end. ``backend``: gloo by default, on every machine, so that a
+    cell computes the same thing everywhere; ``"nccl"`` gives each rank its own GPU
+    (``torch.cuda.set_device(rank)``) and a group that sends CUDA tensors through nccl and CPU
+    tensors through gloo. Printed output is shown labelled ``[rank r]``: in rank order once all ranks
+    are done, or live with ``stream=True``.
 
     Raises ``RankFailedError`` (naming the rank, carrying its traceback) as soon as a rank fails,
-    and ``LaunchTimeoutError`` when ranks are still running after ``timeout`` seconds. In every
-    case, Ctrl-C included, all child processes are stopped and reaped before this returns.
-    Seed inside ``fn``: with the spawn start method ranks do not inherit the caller's RNG state.
+    and ``LaunchTimeoutError`` (saying where each unfinished rank was) when ranks are still running
+    after ``timeout`` seconds. In every case, Ctrl-C included, all child processes are stopped and
+    reaped before this returns, within a few seconds. Seed inside ``fn``: ranks that are not forked
+    from the caller do not inherit its random state.
     """
-    payload = _check_arguments(fn, world_size, args, timeout, backend, threads_per_rank)
+    payload = _check_arguments(fn, world_size, args, timeout, backend, threads_per_rank, stream)
+    backend = _default_backend(backend, world_size)
     method, why_not_fork = choose_start_method(start_method)
-    if why_not_fork and why_not_fork not in _said_why:
-        _said_why.add(why_not_fork)
-        print(f"dpedu.launch: starting ranks with {method!r}, not 'fork', because {why_not_fork}; "
-              "each rank imports torch itself, so start-up takes a few seconds.", file=sys.stderr)
-    backend = backend or _default_backend(world_size)
-    ctx = mp.get_context(method)
+    if why_not_fork and why_not_fork not in _said_why and not os.environ.get("DPEDU_QUIET"):
+        _said_why.add(why_not_fork)  # once per reason; environment_report() says it too
+        print(f"dpedu.launch: starting ranks with {method!r}, not 'fork', because {why_not_fork}.", file=sys.stderr)
     deadline = time.monotonic() + timeout
+    for _ in range(_PORT_TRIES):
+        try:
+            return _run(payload, world_size, backend, method, timeout, deadline, threads_per_rank, stream)
+        except _PortTaken:
+            continue  # every rank was stopped; start them again on another port
+    raise RuntimeError(f"the rendezvous port was taken by another program {_PORT_TRIES} times in a row")
+
+
+def _run(payload: bytes, world_size: int, backend: str, method: str, timeout: float, deadline: float,
+         threads: int, stream: bool) -> list[Any]:
+    """One attempt at a launch, on one rendezvous port."""
+    ctx = context(method)
     env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(world_size)}
     if "GLOO_SOCKET_IFNAME" not in os.environ and (loopback := _loopback_interface()):
         env["GLOO_SOCKET_IFNAME"] = loopback  # all ranks are on this machine; skip hostname lookups
-    with tempfile.TemporaryDirectory(prefix="dpedu-launch-") as logdir:
+    processes: list[BaseProcess] = []
+    finished_ok = False
+    with tempfile.TemporaryDirectory(prefix="dpedu-launch-") as logdir, InterruptGuard() as interrupts:
         outputs = [_rank.RankOutput(logdir, r) for r in range(world_size)]
-        processes, readers = [], []
         try:
-            with interrupts_deferred():  # a Ctrl-C now would leave a started rank unrecorded
-                for r in range(world_size):
-                    reader, writer = ctx.Pipe(duplex=False)
-                    spec = _rank.RankSpec(r, world_size, backend, timeout, threads_per_rank, env, logdir)
-                    # not daemonic: a rank may start processes of its own (DataLoader workers, Hogwild)
-                    p = ctx.Process(target=_rank.run_rank, args=(spec, payload, writer, os.getpid()),
-                                    name=f"dpedu-rank-{r}")
-                    with warnings.catch_warnings():  # Python 3.12+ frowns on forking a threaded kernel;
-                        warnings.simplefilter("ignore", DeprecationWarning)  # the child never uses them
-                        p.start()
-                    writer.close()
-                    processes.append(p)
-                    readers.append(reader)
-            results = _collect(processes, readers, outputs, deadline, timeout, stream)
-        except BaseException:  # rank failure, timeout or Ctrl-C: stop everything now
-            _stop(processes)
-            raise
-        else:  # every rank reported; let them tear down their process groups and exit
-            _stop(processes, exit_grace=5.0)
-        finally:
+            readers = []
+            for r in range(world_size):
+                reader, writer = ctx.Pipe(duplex=False)
+                spec = _rank.RankSpec(r, world_size, backend, timeout, threads, env, logdir, os.getpid(),
+                                      child_of_launcher=method != "forkserver")
+                # not daemonic: a rank may start processes of its own (DataLoader workers, Hogwild)
+                p = ctx.Process(target=_rank.run_rank, args=(spec, payload, writer), name=f"dpedu-rank-{r}")
+                with warnings.catch_warnings():  # Python 3.12+ frowns on forking a threaded kernel;
+                    warnings.simplefilter("ignore", DeprecationWarning)  # the child never uses them
+                    p.start()
+                writer.close()
+                processes.append(p)
+                readers.append(reader)
+            results = _collect(processes, readers, outputs, deadline, timeout, stream, interrupts, logdir)
+            finished_ok = True
+        finally:  # success: let the ranks tear down their groups; otherwise stop everything now
+            _stop(processes, exit_grace=5.0 if finished_ok else 0.0)
             _rank.show_outputs(outputs, final=True)
     return results
 
 
-def _collect(processes, readers, outputs, deadline, timeout, stream) -> list[Any]:
+def _stop(processes: Sequence[BaseProcess], exit_grace: float = 0.0) -> None:
+    """Give ranks ``exit_grace`` s to exit, stop each rank and its process group, reap all."""
+    started = [p for p in processes if p.pid is not None]
+    stop_groups({p.pid: partial(_has_exited, p) for p in started}, exit_grace=exit_grace)
+    for p in started:
+        p.join(5.0)  # SIGKILLed just now: only a process stuck in the kernel could take longer
+        if p.exitcode is None:
+            warnings.warn(f"dpedu.launch: {p.name} (pid {p.pid}) did not end after SIGKILL", RuntimeWarning,
+                          stacklevel=3)
+        else:
+            p.close()
+
+
+def _has_exited(process: BaseProcess) -> bool:
+    return bool(wait([process.sentinel], timeout=0))  # the sentinel tells without reaping
+
+
+def _collect(processes, readers, outputs, deadline, timeout, stream, interrupts, logdir) -> list[Any]:
     """Wait for every rank's report; fail fast on the first error, a silent death or the deadline."""
     results: list[Any] = [None] * len(processes)
     pending = {reader: rank for rank, reader in enumerate(readers)}
     sentinels = {p.sentinel: rank for rank, p in enumerate(processes)}
+    finished: list[int] = []
     while pending:
+        interrupts.check()  # Ctrl-C becomes KeyboardInterrupt here, and only here
         left = deadline - time.monotonic()
         if left <= 0:
-            raise LaunchTimeoutError(sorted(pending.values()), timeout)
-        # Short slices: a signal (Ctrl-C, a kernel interrupt) may be taken by another thread of this
-        # process, and then only the main thread's next bytecode raises KeyboardInterrupt.
+            unfinished = sorted(pending.values())
+            raise LaunchTimeoutError(unfinished, timeout, _where(processes, unfinished, logdir), finished)
         ready = wait(list(pending) + [s for s, r in sentinels.items() if r in pending.values()],
                      timeout=min(left, 0.05))
         if stream:
@@ -204,12 +239,15 @@ def _collect(processes, readers, outputs, deadline, timeout, stream) -> list[Any
                 status, value = pickle.loads(reader.recv_bytes())
             except EOFError:  # the pipe closed with no report: the rank died
                 raise _died(processes[rank], rank) from None
+            if status == _rank.PORT_TAKEN:
+                raise _PortTaken
             if status == "error":
                 errors.append((value[2], rank, value[:2]))
             else:
                 results[rank] = value
+                finished.append(rank)
         if errors:
-            raise _first_failure(errors, pending, processes)
+            raise _first_failure(errors, pending, processes, finished)
         for sentinel in ready:
             rank = sentinels.get(sentinel)
             if rank in pending.values() and not readers[rank].poll():
@@ -217,7 +255,18 @@ def _collect(processes, readers, outputs, deadline, timeout, stream) -> list[Any
     return results
 
 
-def _first_failure(errors: list, pending: dict, processes) -> RankFailedError:
+def _where(processes: Sequence[BaseProcess], ranks: list[int], logdir: str) -> dict[int, str]:
+    """Ask each rank to write its Python stack (SIGUSR1), and say where each one was."""
+    if not hasattr(signal, "SIGUSR1"):
+        return {}
+    for rank in ranks:
+        if not _has_exited(processes[rank]):
+            os.kill(processes[rank].pid, signal.SIGUSR1)  # unreaped, so the pid is still this rank's
+    time.sleep(0.2)  # the dump is written from the signal handler, at once
+    return {rank: _rank.where_stuck(logdir, rank) for rank in ranks}
+
+
+def _first_failure(errors: list, pending: dict, processes, finished: list[int]) -> RankFailedError:
     """Tell the failure that came first from those it caused: a failing rank makes its peers fail too.
 
     A rank that died without a report (killed, crashed) goes first: its death closed the connections
@@ -225,12 +274,18 @@ def _first_failure(errors: list, pending: dict, processes) -> RankFailedError:
     """
     wait([processes[rank].sentinel for rank in pending.values()], timeout=0.2)  # a death shows at once
     reports = dict(_reports_sent(pending))
+    if any(status == _rank.PORT_TAKEN for status, _ in reports.values()):
+        raise _PortTaken  # the others failed because rank 0 could not listen
     for rank in sorted(pending.values()):
         if rank not in reports and _has_exited(processes[rank]):  # exited, reported nothing
             return _died(processes[rank], rank)
     errors += [(value[2], rank, value[:2]) for rank, (status, value) in reports.items() if status == "error"]
     _, rank, (summary, remote_traceback) = min(errors)
-    return RankFailedError(rank, summary, remote_traceback)
+    context = ""
+    if finished:  # the classic cause of "connection closed by peer": the peers had already left
+        context = (f"rank(s) {sorted(finished)} had already finished and left the process group while rank {rank} "
+                   "was still running: every rank must make the same collective calls, in the same order.")
+    return RankFailedError(rank, summary, remote_traceback, context)
 
 
 def _reports_sent(pending: dict) -> list[tuple[int, tuple[str, Any]]]:
@@ -245,7 +300,7 @@ def _reports_sent(pending: dict) -> list[tuple[int, tuple[str, Any]]]:
     return reports
 
 
-def _died(process: mp.process.BaseProcess, rank: int) -> RankFailedError:
+def _died(process: BaseProcess, rank: int) -> RankFailedError:
     signal_group(process.pid, signal.SIGKILL)  # its children, before reaping it
     process.join(1.0)
     code = process.exitcode

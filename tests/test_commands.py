@@ -3,7 +3,7 @@ import time
 from pathlib import Path
 
 import pytest
-from processes import alive
+from processes import gone_within
 
 from dpedu.commands import run_together
 
@@ -23,13 +23,13 @@ def test_a_command_still_running_at_the_timeout_is_stopped_with_its_children(tmp
     start = time.monotonic()
     with pytest.raises(TimeoutError, match="timeout=1"):
         run_together([[sys.executable, "-c", script]], timeout=1)
-    assert time.monotonic() - start < 6
-    assert not alive(int(pidfile.read_text()))
+    assert time.monotonic() - start < 1 + 10  # a hang check, not a speed test
+    assert gone_within(int(pidfile.read_text()))
 
 
 @pytest.mark.parametrize(("commands", "timeout"), [([], 1), (["echo hi"], 1), ([["echo"]], 0)])
 def test_bad_arguments_are_refused(commands, timeout):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="commands must be|timeout must be"):
         run_together(commands, timeout=timeout)
 
 

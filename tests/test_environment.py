@@ -8,18 +8,19 @@ def test_report_agrees_with_torch_and_leaves_cuda_alone():
     report = environment_report()
     assert report.torch == torch.__version__
     assert report.cpu_cores >= 1
-    assert len(report.gpus) == (torch.cuda.device_count() if torch.cuda.is_available() else 0)
+    assert len(report.gpus) == torch.cuda.device_count()  # on a GPU machine too
     assert report.backends == {"gloo": dist.is_gloo_available(), "nccl": dist.is_nccl_available(),
                                "mpi": dist.is_mpi_available()}
     assert not torch.cuda.is_initialized()
     text = str(report)
     assert f"torch {torch.__version__}" in text and "gloo yes" in text
+    assert f"dpedu.launch starts ranks by: {report.start_method}" in text
 
 
 def test_gpus_are_read_in_a_child_while_cuda_is_not_initialised(monkeypatch):
     from dpedu import environment
 
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # take the child path even without a GPU
+    real_count = torch.cuda.device_count()
+    monkeypatch.setattr(environment, "gpu_count", lambda: 1)  # take the child path even without a GPU
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
-    real_count = torch.cuda.device_count() if torch.cuda.is_available.__module__ != __name__ else 0
-    assert len(environment._gpus()) == real_count
+    assert len(environment._gpus()) == real_count  # what the child read

@@ -1,0 +1,20 @@
+"""Where ranks meet: the address and port of the rendezvous (``MASTER_ADDR``/``MASTER_PORT``).
+
+Rank 0 listens there (a TCP key-value store); the other ranks connect, learn each other's
+addresses, and the process group is made. ``torchrun`` and ``dpedu.launch`` both start that way.
+"""
+
+from __future__ import annotations
+
+import socket
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now, for a rendezvous that will bind it.
+
+    The port is released before the rendezvous binds it, so another program could take it first:
+    ``dpedu.launch`` then tries again on a new port. On a real cluster, agree on a fixed port instead.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
