@@ -8,7 +8,8 @@ k-th batches of size b together are exactly the single process's k-th batch of s
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from typing import Any
 
@@ -21,6 +22,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
+from dpedu._validate import real, whole
 from dpedu.datasets import digits
 from dpedu.models import mlp
 
@@ -44,24 +46,35 @@ def digits_loader(batch_size: int, *, seed: int = 0, num_replicas: int | None = 
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True)
 
 
-def train(steps: int, batch_size: int, lr: float, *, ddp: bool = True, reduction: str = "mean",
+def train(*, steps: int, batch_size: int, lr: float, ddp: bool = True, reduction: str = "mean",
           accumulation: int = 1, no_sync: bool = True, optimizer: str = "sgd", seed: int = 0, start_step: int = 0,
           state: dict[str, Any] | None = None, comm_hook: Callable | None = None,
           device: str | torch.device = "cpu") -> dict[str, Any]:
     """Train the digits MLP for ``steps`` optimizer steps of ``batch_size`` examples per rank.
 
+    Epoch after epoch, each reshuffled with ``sampler.set_epoch``, so ``steps`` may exceed an epoch.
     ``accumulation > 1`` splits each batch into that many micro-batches and, with ``no_sync``,
     all-reduces only after the last one. ``state`` (from an earlier return value) and ``start_step``
     resume training where it stopped. Returns the model and optimizer state dicts, on the CPU.
     """
+    whole("steps", steps, minimum=0)
+    whole("batch_size", batch_size)
+    real("lr", lr, above=0)
+    whole("accumulation", accumulation)
+    whole("start_step", start_step, minimum=0)
     if reduction not in ("mean", "sum"):
         raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
     if optimizer not in ("sgd", "adam"):
         raise ValueError(f"optimizer must be 'sgd' or 'adam', got {optimizer!r}")
     if batch_size % accumulation:
         raise ValueError(f"batch_size {batch_size} must divide into accumulation={accumulation} micro-batches")
+    if ddp and not dist.is_initialized():
+        raise RuntimeError("ddp=True needs a process group: run it inside dpedu.launch or torchrun, "
+                           "or pass ddp=False for the single-process reference")
     replicas = {} if ddp else {"num_replicas": 1, "rank": 0}
     loader = digits_loader(batch_size, seed=seed, **replicas)
+    if len(loader) == 0:
+        raise ValueError(f"batch_size={batch_size} is larger than this rank's share of the data")
     model = mlp(64, 32, 10, seed=seed).to(device)
     if state is not None:
         model.load_state_dict(state["model"])
@@ -73,9 +86,7 @@ def train(steps: int, batch_size: int, lr: float, *, ddp: bool = True, reduction
     opt = torch.optim.SGD(parameters, lr=lr) if optimizer == "sgd" else torch.optim.Adam(parameters, lr=lr)
     if state is not None:
         opt.load_state_dict(state["optimizer"])
-    batches = iter(loader)
-    for _ in range(start_step):  # resume at the same place in the data
-        next(batches)
+    batches = _epochs(loader, start_step)  # resumes at the same place in the data
     for _ in range(steps):
         x, y = (t.to(device) for t in next(batches))
         opt.zero_grad(set_to_none=True)
@@ -88,6 +99,18 @@ def train(steps: int, batch_size: int, lr: float, *, ddp: bool = True, reduction
     plain = model.module if ddp else model
     return {"model": {k: v.cpu() for k, v in plain.state_dict().items()},
             "optimizer": opt.state_dict()}
+
+
+def _epochs(loader: DataLoader, start_step: int) -> Iterator[list[torch.Tensor]]:
+    """The loader's batches, epoch after epoch, starting at batch ``start_step`` of the whole run.
+
+    ``set_epoch`` reseeds the sampler's shuffle: without it every epoch repeats the first one's order.
+    """
+    epoch, skip = divmod(start_step, len(loader))
+    while True:
+        loader.sampler.set_epoch(epoch)
+        yield from itertools.islice(loader, skip, None)
+        epoch, skip = epoch + 1, 0
 
 
 def counting_allreduce() -> tuple[Callable, list[int]]:

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from multiprocessing.connection import wait
 
 import torch
-import torch.multiprocessing as tmp
+import torch.multiprocessing  # noqa: F401 - registers the reductions that share tensors between processes
 from torch import nn
 
-from dpedu._validate import whole
-from dpedu.launcher import choose_start_method
+from dpedu._processes import InterruptGuard
+from dpedu._validate import real, whole
+from dpedu.start_methods import choose_start_method, context
 
 
 def _worker(model: nn.Module, X: torch.Tensor, y: torch.Tensor, loss_fn: Callable, steps: int, batch_size: int,
@@ -31,36 +33,47 @@ def _worker(model: nn.Module, X: torch.Tensor, y: torch.Tensor, loss_fn: Callabl
         optimizer.step()
 
 
-def train(model: nn.Module, X: torch.Tensor, y: torch.Tensor, loss_fn: Callable, *, workers: int, steps: int,
+def train(model: nn.Module, loss_fn: Callable, X: torch.Tensor, y: torch.Tensor, *, workers: int, steps: int,
           batch_size: int, lr: float, timeout: float = 60.0, seed: int = 0) -> None:
     """Train ``model`` in place with ``workers`` lock-free processes, each making ``steps`` SGD steps.
 
     Raises ``RuntimeError`` if a worker fails and ``TimeoutError`` after ``timeout`` seconds; either
     way, and on Ctrl-C, every worker is stopped and reaped first.
     """
-    for name, value in (("workers", workers), ("steps", steps), ("batch_size", batch_size)):
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not callable(loss_fn):
+        raise TypeError(f"loss_fn must be callable, got {type(loss_fn).__name__}")
+    if not isinstance(X, torch.Tensor) or not isinstance(y, torch.Tensor) or len(X) != len(y) or len(X) == 0:
+        raise ValueError("X and y must be non-empty tensors with one row per example each")
+    for name, value in (("workers", workers), ("steps", steps)):
         whole(name, value)
+    whole("batch_size", batch_size, maximum=len(X))
+    real("lr", lr, above=0)
+    real("timeout", timeout, above=0)
     for p in model.parameters():
         p.grad = None  # gradients stay private to each worker; only the parameters are shared
     model.share_memory()
-    ctx = tmp.get_context(choose_start_method()[0])
+    ctx = context(choose_start_method()[0])
     processes = [ctx.Process(target=_worker, args=(model, X, y, loss_fn, steps, batch_size, lr, seed + k))
                  for k in range(workers)]
-    try:
-        for p in processes:
-            p.start()
-        deadline = time.monotonic() + timeout
-        for p in processes:
-            p.join(max(0.0, deadline - time.monotonic()))
-        if any(p.is_alive() for p in processes):
-            raise TimeoutError(f"Hogwild workers still running after timeout={timeout:g} s were stopped")
-        failed = [k for k, p in enumerate(processes) if p.exitcode != 0]
-        if failed:
-            raise RuntimeError(f"Hogwild worker(s) {failed} failed; their traceback is on stderr")
-    finally:
-        for p in processes:
-            if p.pid is not None and p.is_alive():
-                p.kill()
-        for p in processes:
-            if p.pid is not None:
-                p.join()
+    with InterruptGuard() as interrupts:  # Ctrl-C only at check(): never half-way through starting or stopping
+        try:
+            for p in processes:
+                p.start()
+            deadline = time.monotonic() + timeout
+            while running := [p.sentinel for p in processes if p.exitcode is None]:
+                interrupts.check()
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"Hogwild workers still running after timeout={timeout:g} s were stopped")
+                wait(running, timeout=0.05)
+            failed = [k for k, p in enumerate(processes) if p.exitcode != 0]
+            if failed:
+                raise RuntimeError(f"Hogwild worker(s) {failed} failed; their traceback is on stderr")
+        finally:
+            for p in processes:
+                if p.pid is not None and p.exitcode is None:
+                    p.kill()
+            for p in processes:
+                if p.pid is not None:
+                    p.join()

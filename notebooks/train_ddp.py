@@ -6,8 +6,9 @@ One machine, two processes:
 Two machines (run one line on each; HOST is the first machine's address, PORT a free port on it):
     torchrun --nnodes=2 --nproc_per_node=1 --rdzv_backend=c10d --rdzv_endpoint=HOST:PORT --rdzv_id=job1 train_ddp.py
 
-torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT in every process; the
-script only has to call init_process_group. Each process uses its own GPU when there are GPUs.
+torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT in every
+process; the script only has to call init_process_group. When every process on a machine can have a
+GPU of its own, each uses its own; otherwise all of them run on the CPU (ranks must agree).
 """
 
 import argparse
@@ -31,15 +32,17 @@ def main() -> None:
     args = parser.parse_args()
 
     local_rank = int(os.environ["LOCAL_RANK"])
-    gpus = torch.cuda.is_available() and torch.cuda.device_count() > local_rank
+    # The same answer on every rank: a GPU each, or all on the CPU (a mix would hang in the first collective).
+    gpus = torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"])
     device = torch.device("cuda", local_rank) if gpus else torch.device("cpu")
     if gpus:
         torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if gpus else "gloo")  # reads the variables torchrun set
+    # nccl moves CUDA tensors; gloo keeps CPU collectives (the replica check below) working beside it.
+    dist.init_process_group("cpu:gloo,cuda:nccl" if gpus else "gloo")  # reads the variables torchrun set
     torch.set_num_threads(1)
     try:
         rank, world_size = dist.get_rank(), dist.get_world_size()
-        state = ddp.train(args.steps, args.batch_size, args.lr, device=device)
+        state = ddp.train(steps=args.steps, batch_size=args.batch_size, lr=args.lr, device=device)
         identical = ddp.same_parameters_on_every_rank(state)
         if rank == 0:  # one rank reports, or every line would be printed world_size times
             model = mlp(64, 32, 10)

@@ -4,42 +4,60 @@ import sys
 
 import pytest
 
-from dpedu import ddp, launch
-from dpedu.commands import free_port
+from dpedu import ddp, free_port, launch
 from dpedu.training import largest_difference
 
 
 def two_ranks_of_16(**options):
-    return ddp.train(4, 16, 0.1, **options)["model"]
+    return ddp.train(steps=4, batch_size=16, lr=0.1, **options)["model"]
 
 
 def test_two_ranks_equal_one_process_with_the_whole_batch():
-    reference = ddp.train(4, 32, 0.1, ddp=False)["model"]
+    reference = ddp.train(steps=4, batch_size=32, lr=0.1, ddp=False)["model"]
     states = launch(two_ranks_of_16, 2)
     assert largest_difference(states[0], reference) < 1e-6
     assert largest_difference(states[0], states[1]) == 0
 
 
 def test_accumulation_with_and_without_no_sync_gives_the_same_parameters():
-    reference = ddp.train(4, 32, 0.1, ddp=False)["model"]
+    reference = ddp.train(steps=4, batch_size=32, lr=0.1, ddp=False)["model"]
     for no_sync in (True, False):
         state = launch(lambda no_sync=no_sync: two_ranks_of_16(accumulation=2, no_sync=no_sync), 2)[0]
         assert largest_difference(state, reference) < 1e-6
 
 
-def test_resuming_from_a_state_continues_the_same_run():
-    whole = ddp.train(6, 32, 0.01, ddp=False, optimizer="adam")
-    first = ddp.train(3, 32, 0.01, ddp=False, optimizer="adam")
-    rest = ddp.train(3, 32, 0.01, ddp=False, optimizer="adam", start_step=3, state=first)
+def test_resuming_from_a_state_continues_the_same_run_across_epochs():
+    per_epoch = len(ddp.digits_loader(256, num_replicas=1, rank=0))  # 5 batches of 256 in 1,437 examples
+    whole = ddp.train(steps=2 * per_epoch, batch_size=256, lr=0.01, ddp=False, optimizer="adam")
+    first = ddp.train(steps=per_epoch + 2, batch_size=256, lr=0.01, ddp=False, optimizer="adam")
+    rest = ddp.train(steps=per_epoch - 2, batch_size=256, lr=0.01, ddp=False, optimizer="adam",
+                     start_step=per_epoch + 2, state=first)
     assert largest_difference(rest["model"], whole["model"]) == 0
 
 
-@pytest.mark.parametrize(("options", "name"), [({"reduction": "max"}, "reduction"),
-                                               ({"optimizer": "lbfgs"}, "optimizer"),
-                                               ({"accumulation": 3}, "accumulation")])
-def test_bad_options_name_themselves(options, name):
-    with pytest.raises(ValueError, match=name):
-        ddp.train(1, 32, 0.1, ddp=False, **options)
+def test_each_epoch_is_shuffled_anew():
+    loader = ddp.digits_loader(256, num_replicas=1, rank=0)
+    batches = ddp._epochs(loader, start_step=0)
+    first_epoch = [next(batches)[1] for _ in range(len(loader))]
+    second_epoch = [next(batches)[1] for _ in range(len(loader))]
+    assert not all(a.equal(b) for a, b in zip(first_epoch, second_epoch, strict=True))
+
+
+@pytest.mark.parametrize(("options", "error", "name"), [
+    ({"reduction": "max"}, ValueError, "reduction"),
+    ({"optimizer": "lbfgs"}, ValueError, "optimizer"),
+    ({"accumulation": 3}, ValueError, "accumulation=3"),
+    ({"accumulation": 0}, ValueError, "accumulation must be an int >= 1"),
+    ({"steps": -1}, ValueError, "steps"),
+    ({"lr": 0}, ValueError, "lr"),
+    ({"batch_size": 2000}, ValueError, "batch_size=2000 is larger"),
+    ({"start_step": -1}, ValueError, "start_step"),
+    ({"ddp": True}, RuntimeError, "ddp=True needs a process group"),
+])
+def test_bad_options_name_themselves(options, error, name):
+    call = {"steps": 1, "batch_size": 32, "lr": 0.1, "ddp": False} | options
+    with pytest.raises(error, match=name):
+        ddp.train(**call)
 
 
 AFTER_TRAINING = """
@@ -47,7 +65,7 @@ import os, sys
 import torch.distributed as dist
 from dpedu import ddp
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{sys.argv[1]}", rank=0, world_size=1)
-ddp.train(2, 8, 0.1)
+ddp.train(steps=2, batch_size=8, lr=0.1)
 dist.destroy_process_group()
 threads = [open(f"/proc/self/task/{task}/comm").read().strip() for task in os.listdir("/proc/self/task")]
 print(sorted(name for name in threads if "gloo" in name))

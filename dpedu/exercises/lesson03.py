@@ -22,7 +22,8 @@ def samples_per_rank(dataset_size: int, world_size: int, drop_last: bool, answer
 
 def _count_allreduces(steps: int, accumulation: int, no_sync: bool) -> int:
     hook, calls = ddp.counting_allreduce()
-    ddp.train(steps, 8 * accumulation, 0.1, accumulation=accumulation, no_sync=no_sync, comm_hook=hook)
+    ddp.train(steps=steps, batch_size=8 * accumulation, lr=0.1, accumulation=accumulation, no_sync=no_sync,
+              comm_hook=hook)
     return len(calls)
 
 
@@ -36,13 +37,13 @@ def allreduce_calls(steps: int, accumulation: int, no_sync: bool, answer: int) -
 
 
 def _summed_ddp(steps: int, lr: float) -> dict:
-    return ddp.train(steps, 16, lr, reduction="sum")["model"]
+    return ddp.train(steps=steps, batch_size=16, lr=lr, reduction="sum")["model"]
 
 
 def summed_loss_lr(world_size: int, lr: float, answer: float) -> bool:
     """At which learning rate does one process (batch world_size*16, summed loss) match DDP at ``lr``?"""
     whole("world_size", world_size)
     distributed = launch(_summed_ddp, world_size, args=(5, lr))[0]
-    single = ddp.train(5, 16 * world_size, answer, ddp=False, reduction="sum")["model"]
+    single = ddp.train(steps=5, batch_size=16 * world_size, lr=answer, ddp=False, reduction="sum")["model"]
     same = all(torch.allclose(distributed[k], single[k], rtol=1e-4, atol=1e-6) for k in single)
     return verdict(same, "DDP divides the summed gradients of the ranks by the world size")
