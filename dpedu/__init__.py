@@ -3,17 +3,26 @@
 Public API (stable names that notebooks and outside checks rely on):
 - ``launch``: run a function on several ranks from a notebook cell (lesson 00 on).
 - ``RankFailedError``, ``LaunchTimeoutError``: what ``launch`` raises when a rank fails or hangs.
-- ``environment_report``: versions, cores, GPUs and distributed backends of this machine.
+- ``free_port``: a free local port for a rendezvous (lesson 03's torchrun cells).
+- ``environment_report``: versions, cores, GPUs, distributed backends, and how ranks start here.
 - ``delayed_gd``: gradient descent with gradients a fixed number of steps stale (lesson 05).
 - ``simple_noise_scale``, ``two_batch_noise_scale``: the gradient noise scale B_simple (lesson 06).
 - ``use_course_style``: the course's matplotlib style.
+
+The lessons import the rest from the module of its concept, each readable in one sitting:
+``launcher`` (``start_methods``, ``rendezvous``), ``commands`` (torchrun/mpirun from a cell),
+``ddp``, ``hogwild``, ``training``, ``least_squares``, ``staleness``, ``noise_scale``,
+``noisy_quadratic``, ``datasets``, ``models``, ``notebook``, ``plotting``, ``course``, ``diagrams``
+and ``exercises.lessonNN``. Their training loops share one convention: what is trained, then the
+loss and the data, then every setting by keyword.
 """
 
 from dpedu.environment import environment_report
 from dpedu.launcher import LaunchTimeoutError, RankFailedError, launch
 from dpedu.noise_scale import simple_noise_scale, two_batch_noise_scale
 from dpedu.plotting import use_course_style
+from dpedu.rendezvous import free_port
 from dpedu.staleness import delayed_gd
 
-__all__ = ["launch", "RankFailedError", "LaunchTimeoutError", "environment_report", "use_course_style",
-           "delayed_gd", "simple_noise_scale", "two_batch_noise_scale"]
+__all__ = ["launch", "RankFailedError", "LaunchTimeoutError", "free_port", "environment_report",
+           "use_course_style", "delayed_gd", "simple_noise_scale", "two_batch_noise_scale"]

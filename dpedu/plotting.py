@@ -8,7 +8,7 @@ PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 def use_course_style() -> None:
     """Set matplotlib defaults: readable sizes, light grid, the course palette, no top/right spines."""
     import matplotlib as mpl
-    from cycler import cycler
+    from matplotlib import cycler
 
     mpl.rcParams.update({
         "figure.figsize": (6.4, 3.8),
