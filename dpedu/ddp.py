@@ -39,6 +39,9 @@ def digits_loader(batch_size: int, *, seed: int = 0, num_replicas: int | None = 
     """This rank's shard of the digits training set, shuffled by ``seed``, in batches.
 
     ``num_replicas`` and ``rank`` default to the process group's; pass 1 and 0 outside one.
+    ``drop_last=True`` below is the DataLoader's: it drops a last batch shorter than ``batch_size``,
+    so every step sees full batches. The sampler's own ``drop_last`` (left False) is another thing:
+    it decides whether the shards are padded or trimmed to the same length on every rank.
     """
     data = digits()
     dataset = TensorDataset(data.X_train, data.y_train)

@@ -35,7 +35,7 @@ from dpedu import _rank
 from dpedu._processes import InterruptGuard, signal_group, stop_groups
 from dpedu._validate import real, whole
 from dpedu.environment import gpu_count
-from dpedu.rendezvous import free_port
+from dpedu.rendezvous import free_port, loopback_interface
 from dpedu.start_methods import choose_start_method, context
 
 __all__ = ["launch", "LaunchTimeoutError", "RankFailedError"]
@@ -93,16 +93,6 @@ def _default_backend(backend: str | None, world_size: int) -> str:
         raise ValueError(f"backend='nccl' needs a GPU per rank: world_size={world_size}, but this machine "
                          f"has {gpus} GPU(s); use backend='gloo' (the default) or fewer ranks")
     return "nccl"
-
-
-def _loopback_interface() -> str | None:
-    """The loopback interface's name ("lo" on Linux, "lo0" on macOS), where the OS can list them."""
-    import socket
-
-    try:
-        return next((name for _, name in socket.if_nameindex() if name.startswith("lo")), None)
-    except (AttributeError, OSError):
-        return None
 
 
 def _check_arguments(fn: Any, world_size: Any, args: Any, timeout: Any, backend: Any, threads: Any,
@@ -171,7 +161,7 @@ def _run(payload: bytes, world_size: int, backend: str, method: str, timeout: fl
     """One attempt at a launch, on one rendezvous port."""
     ctx = context(method)
     env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(world_size)}
-    if "GLOO_SOCKET_IFNAME" not in os.environ and (loopback := _loopback_interface()):
+    if "GLOO_SOCKET_IFNAME" not in os.environ and (loopback := loopback_interface()):
         env["GLOO_SOCKET_IFNAME"] = loopback  # all ranks are on this machine; skip hostname lookups
     processes: list[BaseProcess] = []
     finished_ok = False

@@ -18,3 +18,15 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def loopback_interface() -> str | None:
+    """The loopback interface's name ("lo" on Linux, "lo0" on macOS), where the OS can list them.
+
+    Ranks that all run on this machine should talk over it: set ``GLOO_SOCKET_IFNAME`` to it, or gloo
+    looks up the host's name, which fails on machines (many Macs) whose name does not resolve.
+    """
+    try:
+        return next((name for _, name in socket.if_nameindex() if name.startswith("lo")), None)
+    except (AttributeError, OSError):
+        return None

@@ -18,6 +18,7 @@ so functions defined in a notebook cell work with every method.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import sys
 
 from dpedu.environment import gpu_count
@@ -33,11 +34,13 @@ FORKSERVER_PRELOAD = ["dpedu._rank", "torch._dynamo"]
 def choose_start_method(start_method: str | None = None) -> tuple[str, str | None]:
     """Return ``(method, why_not_fork)``: ``fork`` where it is safe, else the fallback and the reason.
 
-    An explicit ``start_method`` (or one set with ``multiprocessing.set_start_method``) wins.
+    An explicit ``start_method`` wins, then the environment variable ``DPEDU_START_METHOD`` (to try
+    another machine's path here, e.g. macOS's spawn on Linux), then one set with
+    ``multiprocessing.set_start_method``.
     Otherwise: ``spawn`` off Linux, ``forkserver`` on Linux with GPUs, ``fork`` on Linux without.
     Counting the GPUs asks NVML and does not touch CUDA, so the answer never spoils a later fork.
     """
-    forced = start_method or mp.get_start_method(allow_none=True)
+    forced = start_method or os.environ.get("DPEDU_START_METHOD") or mp.get_start_method(allow_none=True)
     if forced is not None:
         if forced not in mp.get_all_start_methods():
             raise ValueError(f"start_method must be one of {mp.get_all_start_methods()}, got {forced!r}")

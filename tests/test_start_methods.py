@@ -12,6 +12,7 @@ from dpedu.start_methods import FORKSERVER_PRELOAD, choose_start_method
 
 @pytest.fixture
 def unforced(monkeypatch):
+    monkeypatch.delenv("DPEDU_START_METHOD", raising=False)
     monkeypatch.setattr(mp, "get_start_method", lambda allow_none=False: None)
     monkeypatch.setattr("sys.platform", "linux")
 
@@ -30,6 +31,12 @@ def test_linux_with_gpus_never_forks_from_the_kernel(unforced, monkeypatch):
 def test_macos_spawns(unforced, monkeypatch):
     monkeypatch.setattr("sys.platform", "darwin")
     assert choose_start_method() == ("spawn", "fork is not reliable on darwin")
+
+
+def test_the_environment_can_force_a_method(unforced, monkeypatch):
+    monkeypatch.setenv("DPEDU_START_METHOD", "spawn")  # macOS's path, tried on Linux
+    assert choose_start_method() == ("spawn", "the start method 'spawn' was requested")
+    assert choose_start_method("fork") == ("fork", None)  # an argument still wins
 
 
 def test_an_explicit_method_wins_and_a_wrong_one_is_refused(unforced):

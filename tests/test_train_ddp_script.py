@@ -5,15 +5,18 @@ import sys
 from pathlib import Path
 
 from dpedu.commands import run_together
+from dpedu.rendezvous import loopback_interface
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+# CPU ranks on every machine, GPUs or not, talking over loopback (as in lesson 03's cell)
+CPU_RANKS_ON_LOOPBACK = {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "GLOO_SOCKET_IFNAME": loopback_interface()}
 
 
 def torchrun(processes: int, batch_size: int) -> str:
     (run,) = run_together([[sys.executable, "-m", "torch.distributed.run", "--standalone",
                             f"--nproc_per_node={processes}", "train_ddp.py", "--steps", "5",
                             "--batch-size", str(batch_size)]], timeout=180, cwd=str(NOTEBOOKS),
-                          env={"OMP_NUM_THREADS": "1"})
+                          env=CPU_RANKS_ON_LOOPBACK)
     assert run.returncode == 0, run.stderr
     return run.stdout
 
