@@ -10,7 +10,7 @@ Public API (stable names that notebooks and outside checks rely on):
 - ``use_course_style``: the course's matplotlib style.
 
 The lessons import the rest from the module of its concept, each readable in one sitting:
-``launcher`` (``start_methods``, ``rendezvous``), ``commands`` (torchrun/mpirun from a cell),
+``launcher`` (``start_methods``, ``rendezvous``, ``failures``), ``commands`` (torchrun/mpirun from a cell),
 ``ddp``, ``hogwild``, ``training``, ``least_squares``, ``staleness``, ``noise_scale``,
 ``noisy_quadratic``, ``datasets``, ``models``, ``notebook``, ``plotting``, ``course``, ``diagrams``
 and ``exercises.lessonNN``. Their training loops share one convention: what is trained, then the
@@ -18,7 +18,8 @@ loss and the data, then every setting by keyword.
 """
 
 from dpedu.environment import environment_report
-from dpedu.launcher import LaunchTimeoutError, RankFailedError, launch
+from dpedu.failures import LaunchTimeoutError, RankFailedError
+from dpedu.launcher import launch
 from dpedu.noise_scale import simple_noise_scale, two_batch_noise_scale
 from dpedu.plotting import use_course_style
 from dpedu.rendezvous import free_port

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import faulthandler
 import os
-import re
 import signal
 import sys
 import time
@@ -111,23 +110,6 @@ def _dump_stack_on_request(spec: RankSpec) -> None:
     if hasattr(signal, "SIGUSR1"):
         stacks = open(Path(spec.logdir, f"rank{spec.rank}.stack"), "w")  # open as long as the rank lives
         faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
-
-
-def where_stuck(logdir: str, rank: int) -> str:
-    """Where a rank's main thread was when it dumped its stack, e.g. "in barrier, called at f line 3"."""
-    path = Path(logdir, f"rank{rank}.stack")
-    text = path.read_text(errors="replace") if path.exists() else ""
-    main = next((block for block in text.split("\n\n") if " in run_rank" in block), "")
-    frames = re.findall(r'File "(.*)", line (\d+) in (\S+)', main.split(" in run_rank")[0])
-    if not frames:
-        return "still starting (no Python stack yet)"
-    libraries = (os.path.dirname(torch.__file__), os.path.dirname(os.__file__), os.path.dirname(__file__))
-    ours = next(((line, name) for file, line, name in frames if not file.startswith(libraries)), None)
-    innermost = frames[0][2]
-    if ours is None:
-        return f"in {innermost}"
-    at = f"{ours[1]} line {ours[0]}"
-    return f"at {at}" if innermost == ours[1] else f"in {innermost}, called at {at}"
 
 
 def run_rank(spec: RankSpec, payload: bytes, report: Any) -> None:

@@ -11,14 +11,14 @@ what a plain ``mp.spawn`` gives, ``launch`` guarantees what a classroom needs:
   a second Ctrl-C during the clean-up), under every start method.
 
 The child side (what runs inside each rank) lives in :mod:`dpedu._rank`; how ranks are started
-(fork, forkserver, spawn) in :mod:`dpedu.start_methods`.
+(fork, forkserver, spawn) in :mod:`dpedu.start_methods`; how failures and hangs are told apart and
+explained in :mod:`dpedu.failures`.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
-import signal
 import sys
 import tempfile
 import time
@@ -32,48 +32,18 @@ from typing import Any
 import cloudpickle
 
 from dpedu import _rank
-from dpedu._processes import InterruptGuard, signal_group, stop_groups
+from dpedu._processes import InterruptGuard, stop_groups
 from dpedu._validate import real, whole
 from dpedu.environment import gpu_count
+from dpedu.failures import LaunchTimeoutError, died, first_failure, has_exited, where_stuck
 from dpedu.rendezvous import free_port, loopback_interface
 from dpedu.start_methods import choose_start_method, context
 
-__all__ = ["launch", "LaunchTimeoutError", "RankFailedError"]
+__all__ = ["launch"]
 
 _BACKENDS = ("gloo", "nccl")  # mpi needs ranks started by mpirun (lesson 08), not by launch
 _PORT_TRIES = 3
 _said_why: set[str] = set()
-
-
-class RankFailedError(RuntimeError):
-    """A rank raised or died. ``rank`` names it; ``remote_traceback`` is its own traceback."""
-
-    def __init__(self, rank: int, summary: str, remote_traceback: str = "", context: str = ""):
-        self.rank = rank
-        self.summary = summary
-        self.remote_traceback = remote_traceback
-        self.context = context
-        message = f"rank {rank} failed: {summary}" + (f"\n{context}" if context else "")
-        if remote_traceback:
-            message += f"\n\n--- traceback in rank {rank} ---\n{remote_traceback.rstrip()}"
-        super().__init__(message)
-
-    def __reduce__(self):
-        return type(self), (self.rank, self.summary, self.remote_traceback, self.context)
-
-
-class LaunchTimeoutError(TimeoutError):
-    """Some ranks did not finish within ``timeout``; ``unfinished`` lists them, ``where`` where each was."""
-
-    def __init__(self, unfinished: list[int], timeout: float, where: dict[int, str], finished: list[int]):
-        self.unfinished, self.where, self.finished = unfinished, where, finished
-        lines = [f"rank(s) {unfinished} did not finish within timeout={timeout:g} s and were stopped."]
-        lines += [f"  rank {rank} was {where[rank]}" for rank in unfinished if rank in where]
-        if finished:
-            lines.append(f"  rank(s) {finished} had already finished.")
-        lines.append("A rank in a collective that its peers never join (or join in another order) waits for the "
-                     "process group's timeout; launch stops it at its own deadline, a little earlier.")
-        super().__init__("\n".join(lines))
 
 
 class _PortTaken(Exception):
@@ -192,7 +162,7 @@ def _run(payload: bytes, world_size: int, backend: str, method: str, timeout: fl
 def _stop(processes: Sequence[BaseProcess], exit_grace: float = 0.0) -> None:
     """Give ranks ``exit_grace`` s to exit, stop each rank and its process group, reap all."""
     started = [p for p in processes if p.pid is not None]
-    stop_groups({p.pid: partial(_has_exited, p) for p in started}, exit_grace=exit_grace)
+    stop_groups({p.pid: partial(has_exited, p) for p in started}, exit_grace=exit_grace)
     for p in started:
         p.join(5.0)  # SIGKILLed just now: only a process stuck in the kernel could take longer
         if p.exitcode is None:
@@ -200,10 +170,6 @@ def _stop(processes: Sequence[BaseProcess], exit_grace: float = 0.0) -> None:
                           stacklevel=3)
         else:
             p.close()
-
-
-def _has_exited(process: BaseProcess) -> bool:
-    return bool(wait([process.sentinel], timeout=0))  # the sentinel tells without reaping
 
 
 def _collect(processes, readers, outputs, deadline, timeout, stream, interrupts, logdir) -> list[Any]:
@@ -217,7 +183,7 @@ def _collect(processes, readers, outputs, deadline, timeout, stream, interrupts,
         left = deadline - time.monotonic()
         if left <= 0:
             unfinished = sorted(pending.values())
-            raise LaunchTimeoutError(unfinished, timeout, _where(processes, unfinished, logdir), finished)
+            raise LaunchTimeoutError(unfinished, timeout, where_stuck(processes, unfinished, logdir), finished)
         ready = wait(list(pending) + [s for s, r in sentinels.items() if r in pending.values()],
                      timeout=min(left, 0.05))
         if stream:
@@ -228,7 +194,7 @@ def _collect(processes, readers, outputs, deadline, timeout, stream, interrupts,
             try:
                 status, value = pickle.loads(reader.recv_bytes())
             except EOFError:  # the pipe closed with no report: the rank died
-                raise _died(processes[rank], rank) from None
+                raise died(processes[rank], rank) from None
             if status == _rank.PORT_TAKEN:
                 raise _PortTaken
             if status == "error":
@@ -236,63 +202,27 @@ def _collect(processes, readers, outputs, deadline, timeout, stream, interrupts,
             else:
                 results[rank] = value
                 finished.append(rank)
-        if errors:
-            raise _first_failure(errors, pending, processes, finished)
+        if errors:  # let the others' reports (or deaths) arrive, to tell the first failure from its effects
+            wait([processes[rank].sentinel for rank in pending.values()], timeout=0.2)
+            reports = _reports_sent(pending)
+            if any(status == _rank.PORT_TAKEN for status, _ in reports.values()):
+                raise _PortTaken  # the others failed because rank 0 could not listen
+            errors += [(value[2], rank, value[:2]) for rank, (status, value) in reports.items() if status == "error"]
+            raise first_failure(errors, [r for r in pending.values() if r not in reports], processes, finished)
         for sentinel in ready:
             rank = sentinels.get(sentinel)
             if rank in pending.values() and not readers[rank].poll():
-                raise _died(processes[rank], rank)  # (poll: a report sent just before exiting is read)
+                raise died(processes[rank], rank)  # (poll: a report sent just before exiting is read)
     return results
 
 
-def _where(processes: Sequence[BaseProcess], ranks: list[int], logdir: str) -> dict[int, str]:
-    """Ask each rank to write its Python stack (SIGUSR1), and say where each one was."""
-    if not hasattr(signal, "SIGUSR1"):
-        return {}
-    for rank in ranks:
-        if not _has_exited(processes[rank]):
-            os.kill(processes[rank].pid, signal.SIGUSR1)  # unreaped, so the pid is still this rank's
-    time.sleep(0.2)  # the dump is written from the signal handler, at once
-    return {rank: _rank.where_stuck(logdir, rank) for rank in ranks}
-
-
-def _first_failure(errors: list, pending: dict, processes, finished: list[int]) -> RankFailedError:
-    """Tell the failure that came first from those it caused: a failing rank makes its peers fail too.
-
-    A rank that died without a report (killed, crashed) goes first: its death closed the connections
-    its peers then failed on. Otherwise the earliest report is the cause.
-    """
-    wait([processes[rank].sentinel for rank in pending.values()], timeout=0.2)  # a death shows at once
-    reports = dict(_reports_sent(pending))
-    if any(status == _rank.PORT_TAKEN for status, _ in reports.values()):
-        raise _PortTaken  # the others failed because rank 0 could not listen
-    for rank in sorted(pending.values()):
-        if rank not in reports and _has_exited(processes[rank]):  # exited, reported nothing
-            return _died(processes[rank], rank)
-    errors += [(value[2], rank, value[:2]) for rank, (status, value) in reports.items() if status == "error"]
-    _, rank, (summary, remote_traceback) = min(errors)
-    context = ""
-    if finished:  # the classic cause of "connection closed by peer": the peers had already left
-        context = (f"rank(s) {sorted(finished)} had already finished and left the process group while rank {rank} "
-                   "was still running: every rank must make the same collective calls, in the same order.")
-    return RankFailedError(rank, summary, remote_traceback, context)
-
-
-def _reports_sent(pending: dict) -> list[tuple[int, tuple[str, Any]]]:
+def _reports_sent(pending: dict) -> dict[int, tuple[str, Any]]:
     """The reports already waiting in the pipes of ``pending`` ranks, read without blocking."""
-    reports = []
+    reports = {}
     for reader, rank in pending.items():
         try:
             if reader.poll():
-                reports.append((rank, pickle.loads(reader.recv_bytes())))
+                reports[rank] = pickle.loads(reader.recv_bytes())
         except (EOFError, OSError):  # closed without a report: the rank died
             pass
     return reports
-
-
-def _died(process: BaseProcess, rank: int) -> RankFailedError:
-    signal_group(process.pid, signal.SIGKILL)  # its children, before reaping it
-    process.join(1.0)
-    code = process.exitcode
-    how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
-    return RankFailedError(rank, f"the process ended ({how}) without returning a result", "")
