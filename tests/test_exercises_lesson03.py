@@ -18,9 +18,17 @@ def test_summed_loss_check_compares_ddp_with_one_process():
     assert not lesson03.summed_loss_lr(2, 0.002, 0.002)
 
 
-@pytest.mark.parametrize("call", [lambda: lesson03.samples_per_rank(0, 4, False, 1),
-                                  lambda: lesson03.allreduce_calls(3, 0, True, 1),
-                                  lambda: lesson03.summed_loss_lr(True, 0.1, 0.1)])
-def test_bad_arguments(call):
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize(("call", "error", "name"), [
+    (lambda: lesson03.samples_per_rank(0, 4, False, 1), ValueError, "dataset_size"),
+    (lambda: lesson03.samples_per_rank(10**9, 4, False, 1), ValueError, "dataset_size must be an int from 1 to 100000"),
+    (lambda: lesson03.samples_per_rank(10, 4, "no", 1), TypeError, "drop_last"),
+    (lambda: lesson03.allreduce_calls(3, 0, True, 1), ValueError, "accumulation"),
+    (lambda: lesson03.allreduce_calls(1000, 2, True, 1), ValueError, "steps must be an int from 1 to 50"),
+    (lambda: lesson03.allreduce_calls(3, 2, 1, 1), TypeError, "no_sync"),
+    (lambda: lesson03.summed_loss_lr(True, 0.1, 0.1), ValueError, "world_size"),
+    (lambda: lesson03.summed_loss_lr(64, 0.1, 0.1), ValueError, "world_size must be an int from 1 to 8"),
+    (lambda: lesson03.summed_loss_lr(2, -0.1, 0.1), ValueError, "lr"),
+])
+def test_bad_arguments_are_refused_by_name(call, error, name):
+    with pytest.raises(error, match=name):
         call()

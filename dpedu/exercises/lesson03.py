@@ -6,15 +6,17 @@ import torch
 from torch.utils.data.distributed import DistributedSampler
 
 from dpedu import ddp
-from dpedu._validate import whole
+from dpedu._validate import real, whole
 from dpedu.exercises import verdict
 from dpedu.launcher import launch
 
 
 def samples_per_rank(dataset_size: int, world_size: int, drop_last: bool, answer: int) -> bool:
     """How many indices does each rank's DistributedSampler yield?"""
-    whole("dataset_size", dataset_size)
-    whole("world_size", world_size)
+    whole("dataset_size", dataset_size, maximum=100_000)  # the real sampler lists every index
+    whole("world_size", world_size, maximum=1024)
+    if not isinstance(drop_last, bool):
+        raise TypeError(f"drop_last must be True or False, got {drop_last!r}")
     truth = len(list(DistributedSampler(range(dataset_size), num_replicas=world_size, rank=0, drop_last=drop_last)))
     return verdict(answer == truth, "every rank gets the same count: padded up to a multiple of the world size, "
                                     "or, with drop_last, cut down to one")
@@ -29,8 +31,10 @@ def _count_allreduces(steps: int, accumulation: int, no_sync: bool) -> int:
 
 def allreduce_calls(steps: int, accumulation: int, no_sync: bool, answer: int) -> bool:
     """How many bucket all-reduces does lesson 03's model make (it fits in one bucket)?"""
-    whole("steps", steps)
-    whole("accumulation", accumulation)
+    whole("steps", steps, maximum=50)  # each step is real training on two ranks
+    whole("accumulation", accumulation, maximum=8)
+    if not isinstance(no_sync, bool):
+        raise TypeError(f"no_sync must be True or False, got {no_sync!r}")
     truth = launch(_count_allreduces, 2, args=(steps, accumulation, no_sync))[0]
     return verdict(answer == truth, "count the backward passes that all-reduce: every micro-batch, or only the "
                                     "last of each step under no_sync")
@@ -42,7 +46,8 @@ def _summed_ddp(steps: int, lr: float) -> dict:
 
 def summed_loss_lr(world_size: int, lr: float, answer: float) -> bool:
     """At which learning rate does one process (batch world_size*16, summed loss) match DDP at ``lr``?"""
-    whole("world_size", world_size)
+    whole("world_size", world_size, maximum=8)  # one process per rank on this machine
+    real("lr", lr, above=0)
     distributed = launch(_summed_ddp, world_size, args=(5, lr))[0]
     single = ddp.train(steps=5, batch_size=16 * world_size, lr=answer, ddp=False, reduction="sum")["model"]
     same = all(torch.allclose(distributed[k], single[k], rtol=1e-4, atol=1e-6) for k in single)
