@@ -1,0 +1,251 @@
+"""Every notebook as a learner meets it: JupyterLab in a real headless Chromium, "Run All", sliders moved.
+
+nbval proves that the code runs in a kernel and reproduces its outputs; this proves what a learner sees:
+the course opens in JupyterLab, "Run All" gets through every lesson with no error or stderr on the
+page, the explorers' widgets render in the real frontend, and a slider move redraws the plot within
+2 s. One lab session serves every notebook; the server, its kernels (and their ranks) and the browser
+are stopped and reaped whatever happens. On failure a screenshot lands in ``.browser-failures/``.
+
+Needs Chromium: ``.ci/run`` installs Debian's package when it runs as root; elsewhere install
+Chromium (or run ``playwright install chromium``), or the test is skipped, saying so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from processes import children_of
+
+from dpedu import free_port
+
+playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright (requirements.txt)")
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+SCREENSHOTS = ROOT / ".browser-failures"
+CHROMIUM = os.environ.get("DPEDU_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+RUN_LIMIT = 150.0  # seconds for "Run All" of one notebook on 2 cores
+REDRAW_LIMIT = 2.0  # seconds from a slider move to the new plot
+
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium: install it (Debian: apt-get install "
+                                                        "chromium) or run `playwright install chromium`")
+
+# Every cell in the page (no windowing), so that every prompt can be read; no news fetched from outside.
+LAB_SETTINGS = {
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
+                                                                         "checkForUpdates": False},
+}
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """A JupyterLab server over a copy of the notebooks, as `./course lab` starts it, but headless."""
+    work = tmp_path_factory.mktemp("lab")
+    shutil.copytree(ROOT / "notebooks", work / "notebooks")
+    shutil.copytree(ROOT / "images", work / "images")  # lessons show ../images/*.png
+    for name, values in LAB_SETTINGS.items():
+        (work / "settings" / name).parent.mkdir(parents=True, exist_ok=True)
+        (work / "settings" / name).write_text(json.dumps(values))
+    port, token = free_port(), secrets.token_hex(16)
+    env = {key: value for key, value in os.environ.items() if key not in ("DPEDU_STATIC", "DPEDU_QUIET")}
+    env["JUPYTERLAB_WORKSPACES_DIR"] = str(work / "workspaces")  # a fresh workspace: no tabs restored
+    command = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+               f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={work / 'notebooks'}",
+               f"--LabApp.user_settings_dir={work / 'settings'}"] + (["--allow-root"] if os.geteuid() == 0 else [])
+    with open(work / "lab.log", "w") as log:
+        server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while not _answers(f"{url}/api/status?token={token}"):
+            assert server.poll() is None and time.monotonic() < deadline, (work / "lab.log").read_text()[-3000:]
+            time.sleep(0.2)
+        yield url, token, work
+    finally:  # kernels run in sessions of their own: stop them (and their ranks) by pid too
+        descendants = children_of(server.pid)
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+        for pid in descendants:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+def run_all(page, url: str, token: str, name: str, cells: int, code_cells: int) -> None:
+    """Open ``name`` in JupyterLab, Run All from the menu, and wait until every code cell has run."""
+    page.goto(f"{url}/lab/workspaces/{Path(name).stem}/tree/{name}?token={token}")  # a fresh workspace each
+    page.wait_for_function("(n) => document.querySelectorAll('.jp-Notebook .jp-Cell').length === n",
+                           arg=cells, timeout=90_000)  # the whole notebook is on the page
+    _wait_for_connected_kernel(url, token, name)  # cells run before the kernel is connected are lost
+    for _ in range(3):
+        page.click(".lm-MenuBar-itemLabel:text-is('Run')")
+        page.click(".lm-Menu-itemLabel:text-is('Run All Cells')")
+        try:  # the first cell is queued or done: the run has started
+            page.wait_for_function("() => /^\\[(\\*|\\d+)\\]:$/.test("
+                                   "document.querySelector('.jp-CodeCell .jp-InputPrompt').textContent.trim())",
+                                   timeout=10_000)
+            break
+        except playwright.TimeoutError:
+            page.keyboard.press("Escape")  # close the menu if it is still open, and try again
+    page.wait_for_function(  # done: every code cell numbered, or an error stopped the run; kernel idle
+        """(cells) => {
+            const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(p => p.textContent);
+            const numbered = prompts.filter(p => /^\\[\\d+\\]:$/.test(p.trim())).length;
+            const failed = document.querySelector("[data-mime-type='application/vnd.jupyter.error']") !== null;
+            const idle = document.querySelector('.jp-Notebook-ExecutionIndicator').dataset.status === 'idle';
+            return (numbered === cells || failed) && idle;
+        }""", arg=code_cells, timeout=RUN_LIMIT * 1000)
+
+
+def _wait_for_connected_kernel(url: str, token: str, name: str, seconds: float = 90.0) -> None:
+    """Until the server says the notebook's kernel is idle and the page holds a connection to it."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(f"{url}/api/sessions?token={token}", timeout=10) as response:
+            kernels = [s["kernel"] for s in json.load(response) if s["path"].endswith(name)]
+        if kernels and kernels[0]["execution_state"] == "idle" and kernels[0]["connections"] > 0:
+            return
+        time.sleep(0.2)
+    raise playwright.TimeoutError(f"the kernel of {name} did not start within {seconds:g} s")
+
+
+def problems_on_page(page, explorers: int) -> list[str]:
+    """Errors, stderr and widgets that failed to render, as the learner would see them."""
+    found = [f"error: {e.inner_text()[:800]}" for e in
+             page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.error']").all()]
+    found += [f"stderr: {e.inner_text()[:800]}" for e in
+              page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").all()]
+    if page.get_by_text("Error displaying widget").count():
+        found.append("a widget failed to render")
+    if (sliders := page.locator(".widget-slider").count()) < explorers:
+        found.append(f"{sliders} slider(s) rendered, expected at least {explorers} (one per explorer)")
+    return found
+
+
+def slider_redraw_seconds(page) -> list[float]:
+    """Move every slider one step with the keyboard; the time until its explorer's plot is replaced."""
+    seconds = []
+    for handle in page.locator(".widget-slider .noUi-handle").all():
+        explorer = handle.locator("xpath=ancestor::div[contains(@class, 'widget-interact')]")
+        plot = explorer.locator(".jp-OutputArea-output img").first
+        before = plot.get_attribute("src")
+        handle.focus()
+        start = time.monotonic()
+        page.keyboard.press("ArrowRight")
+        try:
+            page.wait_for_function("([element, old]) => element.isConnected === false || element.src !== old",
+                                   arg=[plot.element_handle(), before], timeout=REDRAW_LIMIT * 1000)
+            page.wait_for_function("(explorer) => explorer.querySelector('.jp-OutputArea-output img') !== null",
+                                   arg=explorer.element_handle(), timeout=REDRAW_LIMIT * 1000)
+        except playwright.TimeoutError:
+            seconds.append(float("inf"))
+            continue
+        seconds.append(time.monotonic() - start)
+    return seconds
+
+
+def check_in_browser(lab, browser, notebook: Path) -> tuple[list[str], list[float]]:
+    """Run ``notebook`` (a path inside the lab's folder) in a fresh page; return problems and redraw times."""
+    url, token, work = lab
+    cells = json.loads(notebook.read_text())["cells"]
+    code = [c for c in cells if c["cell_type"] == "code"]
+    explorers = sum("explore(" in "".join(c["source"]) for c in code)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        try:
+            run_all(page, url, token, notebook.name, len(cells), len(code))
+        except playwright.TimeoutError:
+            prompts = [p.inner_text().strip() for p in page.locator(".jp-CodeCell .jp-InputPrompt").all()]
+            problems = [f"Run All did not finish within {RUN_LIMIT:g} s; code cell prompts: {prompts}"]
+            problems, redraws = problems + problems_on_page(page, 0), []
+        else:
+            problems = problems_on_page(page, explorers)
+            redraws = slider_redraw_seconds(page) if explorers else []
+            problems += [f"slider {i} redrew after {s:.2f} s (limit {REDRAW_LIMIT:g} s)"
+                         for i, s in enumerate(redraws) if s > REDRAW_LIMIT]
+        if problems:
+            SCREENSHOTS.mkdir(exist_ok=True)
+            page.screenshot(path=SCREENSHOTS / f"{notebook.stem}.png", full_page=True)
+            problems.append(f"screenshot: {SCREENSHOTS / (notebook.stem + '.png')}")
+        return problems, redraws
+    finally:
+        page.close()
+        _shut_down_kernels(url, token)
+
+
+def _shut_down_kernels(url: str, token: str) -> None:
+    """One notebook's kernel (and the ranks it started) at a time: 2 cores do not hold six."""
+    with urllib.request.urlopen(f"{url}/api/kernels?token={token}", timeout=10) as response:
+        kernels = json.load(response)
+    for kernel in kernels:
+        request = urllib.request.Request(f"{url}/api/kernels/{kernel['id']}?token={token}", method="DELETE")
+        urllib.request.urlopen(request, timeout=30).close()
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda path: path.stem)
+def test_run_all_in_jupyterlab_shows_no_error_and_explorers_redraw(lab, browser, notebook):
+    problems, redraws = check_in_browser(lab, browser, lab[2] / "notebooks" / notebook.name)
+    if redraws:
+        print(f"{notebook.stem}: slider redraws took " + ", ".join(f"{s:.2f} s" for s in redraws))
+    assert not problems, f"{notebook.name} in JupyterLab:\n" + "\n".join(problems)
+
+
+BROKEN = {
+    "cells": [
+        {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+         "source": ["from dpedu.notebook import explore\n", "import matplotlib.pyplot as plt\n",
+                    "def draw(x):\n", "    if x == 0:\n", "        plt.plot([0, 1]); plt.show()\n",
+                    "    else:\n", "        import time; time.sleep(5)  # an explorer too slow to redraw\n",
+                    "explore(draw, x=[0, 1])"]},
+        {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+         "source": ["raise ValueError('a broken cell')"]},
+    ],
+    "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    "nbformat": 4, "nbformat_minor": 5,
+}
+
+
+def test_the_check_catches_an_error_and_an_explorer_that_does_not_redraw(lab, browser):
+    """A check that cannot fail proves nothing: a notebook broken on purpose must be caught."""
+    broken = lab[2] / "notebooks" / "99_broken_on_purpose.ipynb"
+    broken.write_text(json.dumps(BROKEN))
+    problems, _ = check_in_browser(lab, browser, broken)
+    assert any("ValueError: a broken cell" in p for p in problems), problems
+    assert any("redrew after inf s" in p for p in problems), problems
+    (SCREENSHOTS / "99_broken_on_purpose.png").unlink(missing_ok=True)
