@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 
@@ -12,7 +12,18 @@ def show_source(obj: Any):
     """Display the source of a dpedu function or class, so a lesson shows the code it relies on."""
     from IPython.display import Code
 
+    if not (inspect.isfunction(obj) or inspect.isclass(obj) or inspect.ismethod(obj) or inspect.ismodule(obj)):
+        raise TypeError(f"obj must be a function, class, method or module, got {type(obj).__name__}")
     return Code(inspect.getsource(obj), language="python")
+
+
+def progress(iterable: Iterable, description: str = "") -> Iterable:
+    """A ``tqdm.auto`` progress bar over ``iterable`` for long loops; quiet under the tests (``DPEDU_QUIET=1``)."""
+    from tqdm.auto import tqdm
+
+    if not isinstance(description, str):
+        raise TypeError(f"description must be a str, got {type(description).__name__}")
+    return tqdm(iterable, desc=description, disable=os.environ.get("DPEDU_QUIET") == "1", leave=False)
 
 
 def widgets_enabled() -> bool:
