@@ -20,6 +20,8 @@ def draw_aggregation_schemes(workers: int = 4, path: str | Path | None = None):
     import matplotlib.pyplot as plt
 
     whole("workers", workers, minimum=2, maximum=12)
+    if path is not None and not isinstance(path, (str, Path)):
+        raise TypeError(f"path must be a str or Path, got {type(path).__name__}")
 
     fig, (star, ring) = plt.subplots(1, 2, figsize=(10, 4.4))
     angles = [math.pi / 2 + 2 * math.pi * k / workers for k in range(workers)]
@@ -56,6 +58,9 @@ def draw_aggregation_schemes(workers: int = 4, path: str | Path | None = None):
 
 
 def write_all(folder: str | Path) -> list[Path]:
+    """Write every figure of ``images/`` into ``folder``; returns the paths written."""
+    if not isinstance(folder, (str, Path)):
+        raise TypeError(f"folder must be a str or Path, got {type(folder).__name__}")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     written = [folder / "course_map.png", folder / "parameter_server_vs_allreduce.png"]

@@ -43,6 +43,10 @@ def explore(draw: Callable[..., None], **options: Sequence[Any]) -> None:
     Each option is a sequence of values to choose from (precompute what is slow, so that the
     answer comes at once); the first value is the starting one. Without widgets it draws once.
     """
+    if not callable(draw):
+        raise TypeError(f"draw must be callable, got {draw!r}")
+    if not options:
+        raise ValueError("explore needs at least one option to choose from")
     for name, values in options.items():
         if not isinstance(values, Sequence) or isinstance(values, str) or len(values) == 0:
             raise ValueError(f"option {name!r} must be a non-empty sequence of values, got {values!r}")
