@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
+from dpedu._validate import real, whole
+
 
 @dataclass(frozen=True)
 class Dataset:
@@ -27,8 +29,10 @@ class Dataset:
 
 
 def _split_and_standardise(X, y, test_fraction: float, seed: int, target_dtype) -> tuple:
-    if not 0 < test_fraction < 1:
+    real("test_fraction", test_fraction, above=0)
+    if not test_fraction < 1:
         raise ValueError(f"test_fraction must be between 0 and 1, got {test_fraction!r}")
+    whole("seed", seed, minimum=0)
     X = torch.as_tensor(X, dtype=torch.float32)
     y = torch.as_tensor(y, dtype=target_dtype)
     order = torch.randperm(len(X), generator=torch.Generator().manual_seed(seed))

@@ -6,13 +6,22 @@ import math
 import sys
 from pathlib import Path
 
+from dpedu._validate import whole
 from dpedu.course import draw_course_map
 from dpedu.plotting import PALETTE
 
 
 def draw_aggregation_schemes(workers: int = 4, path: str | Path | None = None):
-    """Parameter server (a star: every gradient through one node) beside ring all-reduce (no centre)."""
+    """Parameter server (a star: every gradient through one node) beside ring all-reduce (no centre).
+
+    The server averages the pushed gradients and the workers pull that average (each then takes the
+    same step), as lesson 02's ``parameter_server`` does; ``M`` is the gradient's size in bytes.
+    """
     import matplotlib.pyplot as plt
+
+    whole("workers", workers, minimum=2, maximum=12)
+    if path is not None and not isinstance(path, (str, Path)):
+        raise TypeError(f"path must be a str or Path, got {type(path).__name__}")
 
     fig, (star, ring) = plt.subplots(1, 2, figsize=(10, 4.4))
     angles = [math.pi / 2 + 2 * math.pi * k / workers for k in range(workers)]
@@ -26,15 +35,15 @@ def draw_aggregation_schemes(workers: int = 4, path: str | Path | None = None):
                                   "connectionstyle": "arc3,rad=0.15"})
     star.add_patch(plt.Circle((0, 0), 0.17, color="0.25"))
     star.text(0, 0, "server", color="white", ha="center", va="center", fontsize=9)
-    star.set_title("Parameter server: push gradients (red), pull parameters (blue)\n"
-                   f"server link carries 2·K·M bytes per step (K={workers})", fontsize=10)
+    star.set_title("Parameter server: workers push gradients (red)\nand pull their average (blue); per step, "
+                   f"each way,\nthe server's link carries K·M bytes (K={workers}), a worker's M", fontsize=10)
     for k, (x, y) in enumerate(spots):
         j = (k + 1) % workers
         nx, ny = spots[j]
         ring.annotate("", (0.8 * nx + 0.2 * x, 0.8 * ny + 0.2 * y), (0.8 * x + 0.2 * nx, 0.8 * y + 0.2 * ny),
                       arrowprops={"arrowstyle": "->", "color": PALETTE[2], "lw": 2})
-    ring.set_title("Ring all-reduce: each worker sends to the next\n"
-                   "2·(K−1)/K·M bytes per worker per step, no centre", fontsize=10)
+    ring.set_title("Ring all-reduce: each worker sends to the next;\nper step, each way, every link carries\n"
+                   "2·(K−1)/K·M < 2·M bytes: no centre", fontsize=10)
     for axes in (star, ring):
         for k, (x, y) in enumerate(spots):
             axes.add_patch(plt.Circle((x, y), 0.17, color=PALETTE[3], alpha=0.85))
@@ -49,6 +58,9 @@ def draw_aggregation_schemes(workers: int = 4, path: str | Path | None = None):
 
 
 def write_all(folder: str | Path) -> list[Path]:
+    """Write every figure of ``images/`` into ``folder``; returns the paths written."""
+    if not isinstance(folder, (str, Path)):
+        raise TypeError(f"folder must be a str or Path, got {type(folder).__name__}")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     written = [folder / "course_map.png", folder / "parameter_server_vs_allreduce.png"]

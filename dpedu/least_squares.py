@@ -11,14 +11,37 @@ from __future__ import annotations
 import torch
 
 
+def _matrix(name: str, A: object) -> torch.Tensor:
+    if not isinstance(A, torch.Tensor) or A.dim() != 2 or len(A) == 0:
+        raise ValueError(f"{name} must be a non-empty 2-D tensor (examples × features), got "
+                         f"{tuple(A.shape) if isinstance(A, torch.Tensor) else type(A).__name__}")
+    return A
+
+
+def _targets(A: torch.Tensor, y: object) -> torch.Tensor:
+    if not isinstance(y, torch.Tensor) or y.shape != (len(A),):
+        raise ValueError(f"y must be a 1-D tensor of {len(A)} targets, one per row of A, got "
+                         f"{tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__}")
+    return y
+
+
+def _weights(A: torch.Tensor, w: object, *, several: bool) -> torch.Tensor:
+    if not isinstance(w, torch.Tensor) or w.shape[-1:] != (A.shape[1],) or w.dim() > (2 if several else 1):
+        raise ValueError(f"w must have {A.shape[1]} entries per weight vector (one per column of A), got "
+                         f"{tuple(w.shape) if isinstance(w, torch.Tensor) else type(w).__name__}")
+    return w
+
+
 def with_bias(X: torch.Tensor) -> torch.Tensor:
     """Append a column of ones, so that ``w[-1]`` plays the role of the bias (float64 for exact checks)."""
-    X = X.double()
+    X = _matrix("X", X).double()
     return torch.cat([X, torch.ones(len(X), 1, dtype=X.dtype)], dim=1)
 
 
 def loss(A: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """Mean squared error; ``w`` may hold several weight vectors as rows (one loss each)."""
+    _targets(_matrix("A", A), y)
+    _weights(A, w, several=True)
     if w.dim() == 1:
         return ((A @ w - y) ** 2).mean()
     return ((A @ w.T - y.unsqueeze(-1)) ** 2).mean(0)
@@ -26,18 +49,29 @@ def loss(A: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 def per_example_gradients(A: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """Row i is the gradient of example i's loss ``(a_i·w - y_i)²``: ``2 (a_i·w - y_i) a_i``."""
+    _targets(_matrix("A", A), y)
+    _weights(A, w, several=False)
     return 2 * (A @ w - y).unsqueeze(1) * A
 
 
 def batch_gradients(A: torch.Tensor, y: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
     """The mean gradient of each of many batches, one per run: A (runs, B, d), y (runs, B), W (runs, d)."""
+    if not all(isinstance(t, torch.Tensor) for t in (A, y, W)):
+        raise TypeError("A, y and W must be tensors")
+    if A.dim() != 3 or y.shape != A.shape[:2] or W.shape != (A.shape[0], A.shape[2]):
+        raise ValueError(f"A, y and W must be shaped (runs, B, d), (runs, B), (runs, d); got "
+                         f"{tuple(A.shape)}, {tuple(y.shape)}, {tuple(W.shape)}")
     residual = (A @ W.unsqueeze(-1)).squeeze(-1) - y
     return 2 * (residual.unsqueeze(-1) * A).mean(1)
 
 
 def hessian(A: torch.Tensor) -> torch.Tensor:
+    """``2 AᵀA / N``, the same at every ``w``: the loss is quadratic."""
+    _matrix("A", A)
     return 2 * A.T @ A / len(A)
 
 
 def optimum(A: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The least-squares solution ``w*`` (float64), where the full gradient is zero."""
+    _targets(_matrix("A", A), y)
     return torch.linalg.lstsq(A, y.double().unsqueeze(1)).solution.squeeze(1)

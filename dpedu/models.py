@@ -10,6 +10,8 @@ from dpedu._validate import whole
 
 def linear_regression(in_features: int, seed: int = 0) -> nn.Linear:
     """A linear model ``x -> w.x + b`` (use with a mean squared error loss: a convex problem)."""
+    whole("in_features", in_features)
+    whole("seed", seed, minimum=0)
     torch.manual_seed(seed)
     return nn.Linear(in_features, 1)
 
@@ -19,6 +21,7 @@ def mlp(in_features: int, hidden: int, out_features: int, seed: int = 0, depth: 
     for name, value in (("in_features", in_features), ("hidden", hidden), ("out_features", out_features),
                         ("depth", depth)):
         whole(name, value)
+    whole("seed", seed, minimum=0)
     torch.manual_seed(seed)
     layers: list[nn.Module] = []
     width = in_features

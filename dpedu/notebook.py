@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 
@@ -12,7 +12,18 @@ def show_source(obj: Any):
     """Display the source of a dpedu function or class, so a lesson shows the code it relies on."""
     from IPython.display import Code
 
+    if not (inspect.isfunction(obj) or inspect.isclass(obj) or inspect.ismethod(obj) or inspect.ismodule(obj)):
+        raise TypeError(f"obj must be a function, class, method or module, got {type(obj).__name__}")
     return Code(inspect.getsource(obj), language="python")
+
+
+def progress(iterable: Iterable, description: str = "") -> Iterable:
+    """A ``tqdm.auto`` progress bar over ``iterable`` for long loops; quiet under the tests (``DPEDU_QUIET=1``)."""
+    from tqdm.auto import tqdm
+
+    if not isinstance(description, str):
+        raise TypeError(f"description must be a str, got {type(description).__name__}")
+    return tqdm(iterable, desc=description, disable=os.environ.get("DPEDU_QUIET") == "1", leave=False)
 
 
 def widgets_enabled() -> bool:
@@ -32,6 +43,10 @@ def explore(draw: Callable[..., None], **options: Sequence[Any]) -> None:
     Each option is a sequence of values to choose from (precompute what is slow, so that the
     answer comes at once); the first value is the starting one. Without widgets it draws once.
     """
+    if not callable(draw):
+        raise TypeError(f"draw must be callable, got {draw!r}")
+    if not options:
+        raise ValueError("explore needs at least one option to choose from")
     for name, values in options.items():
         if not isinstance(values, Sequence) or isinstance(values, str) or len(values) == 0:
             raise ValueError(f"option {name!r} must be a non-empty sequence of values, got {values!r}")

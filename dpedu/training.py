@@ -40,12 +40,34 @@ class History:
 def largest_difference(a: Mapping[str, torch.Tensor] | Iterable[torch.Tensor],
                        b: Mapping[str, torch.Tensor] | Iterable[torch.Tensor]) -> float:
     """The largest absolute difference between two sets of parameters (state dicts or tensor sequences)."""
+    if isinstance(a, Mapping) != isinstance(b, Mapping):
+        raise TypeError("a and b must both be state dicts or both be sequences of tensors")
     if isinstance(a, Mapping):
+        if set(a) != set(b):
+            raise ValueError(f"a and b must have the same keys; only in one: {sorted(set(a) ^ set(b))}")
         a, b = list(a.values()), [b[key] for key in a]
+    a, b = list(a), list(b)
+    if len(a) != len(b) or not a:
+        raise ValueError(f"a and b must hold the same, non-zero number of tensors, got {len(a)} and {len(b)}")
+    if any(p.shape != q.shape for p, q in zip(a, b, strict=True)):
+        raise ValueError("a and b must hold tensors of the same shapes, in the same order")
     return max((p.detach() - q.detach()).abs().max().item() for p, q in zip(a, b, strict=True))
 
 
+def _check_problem(model: nn.Module, loss_fn: Callable, X: torch.Tensor, y: torch.Tensor) -> None:
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not callable(loss_fn):
+        raise TypeError(f"loss_fn must be callable, got {loss_fn!r}")
+    if not isinstance(X, torch.Tensor) or not isinstance(y, torch.Tensor):
+        raise TypeError(f"X and y must be tensors, got {type(X).__name__} and {type(y).__name__}")
+    if len(X) == 0 or len(X) != len(y):
+        raise ValueError(f"X and y must hold the same, non-zero number of examples, got {len(X)} and {len(y)}")
+
+
 def full_loss(model: nn.Module, loss_fn: Callable, X: torch.Tensor, y: torch.Tensor) -> float:
+    """The loss of ``model`` on all of (X, y), without recording gradients."""
+    _check_problem(model, loss_fn, X, y)
     with torch.no_grad():
         return loss_fn(model(X), y).item()
 
@@ -60,11 +82,14 @@ def train(model: nn.Module, loss_fn: Callable, X: torch.Tensor, y: torch.Tensor,
     rate rises linearly from ``lr / warmup_updates`` to ``lr`` over that many updates (gradual warmup,
     Goyal et al. 2017).
     """
+    _check_problem(model, loss_fn, X, y)
     n = len(X)
     whole("batch_size", batch_size, maximum=n)  # at most len(X): full-batch GD
     real("lr", lr, above=0)
     real("epochs", epochs, above=0)
     whole("warmup_updates", warmup_updates, minimum=0)
+    whole("evaluations_per_epoch", evaluations_per_epoch)
+    whole("seed", seed, minimum=0)
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     history = History(batch_size, lr, n)

@@ -1,5 +1,6 @@
 import pytest
 
+from dpedu.exercises import lesson00
 from dpedu.exercises.lesson00 import predict, sum_formula
 
 
@@ -20,3 +21,20 @@ def test_predictions_are_checked_against_a_real_all_reduce():
 def test_bad_predictions_arguments_name_the_argument(op, size, name):
     with pytest.raises(ValueError, match=name):
         predict(op, size, 1.0)
+
+
+def test_timeout_check_runs_the_hang_and_knows_both_ranks_are_named(capsys):
+    assert lesson00.timeout_names([1, 0], sleep=3.0, timeout=1.0)
+    assert not lesson00.timeout_names([0], sleep=3.0, timeout=1.0)
+    assert "rank 1" in capsys.readouterr().out
+    with pytest.raises(TypeError, match="answer"):
+        lesson00.timeout_names("0")
+    with pytest.raises(ValueError, match="timeout"):
+        lesson00.timeout_names([0, 1], timeout=0)
+
+
+def test_sum_formula_refuses_what_is_not_a_formula():
+    with pytest.raises(TypeError, match="formula"):
+        sum_formula(3)
+    with pytest.raises(ValueError, match="world_sizes"):
+        sum_formula(lambda n: n, world_sizes=(0,))

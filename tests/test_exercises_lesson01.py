@@ -15,14 +15,18 @@ def test_checks_accept_right_answers_and_reject_wrong_ones():
 
 
 def test_variance_check_wants_the_finite_population_correction(capsys):
-    y = diabetes().y_train.double()
-    A = least_squares.with_bias(diabetes().X_train)
-    g = least_squares.per_example_gradients(A, y, torch.zeros(11, dtype=torch.float64))
+    """Against per-example gradients from autograd: B=1 is the plain spread, B=N has no error at all."""
+    data = diabetes()
+    A, y = least_squares.with_bias(data.X_train), data.y_train.double()
+    w = torch.zeros(11, dtype=torch.float64, requires_grad=True)
+    g = torch.stack([torch.autograd.grad((A[i] @ w - y[i]) ** 2, w)[0] for i in range(len(A))])
     sigma2 = ((g - g.mean(0)) ** 2).sum(1).mean().item()
-    n = len(A)
-    assert lesson01.minibatch_variance(10, sigma2 / 10 * (n - 10) / (n - 1))
-    assert not lesson01.minibatch_variance(10, sigma2 / 10)
+    assert lesson01.minibatch_variance(1, sigma2)
+    assert lesson01.minibatch_variance(len(A), 0.0)  # the whole dataset: the exact gradient
+    assert not lesson01.minibatch_variance(len(A), sigma2 / len(A))  # with-replacement formula
     assert "without replacement" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="batch_size"):
+        lesson01.minibatch_variance(len(A) + 1, 1.0)
 
 
 def test_noise_floor_check_and_bad_arguments():

@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from dpedu import least_squares
@@ -44,3 +45,17 @@ def test_batch_gradients_are_the_mean_of_per_example_gradients_for_each_run():
     for run in range(3):
         torch.testing.assert_close(least_squares.batch_gradients(A, y, W)[run],
                                    least_squares.per_example_gradients(A[run], y[run], W[run]).mean(0))
+
+
+@pytest.mark.parametrize(("call", "name"), [
+    (lambda A, y: least_squares.with_bias(torch.zeros(3)), "X must be a non-empty 2-D"),
+    (lambda A, y: least_squares.loss(A, y[:-1], torch.zeros(5, dtype=torch.float64)), "y must be a 1-D"),
+    (lambda A, y: least_squares.loss(A, y, torch.zeros(4, dtype=torch.float64)), "w must have 5 entries"),
+    (lambda A, y: least_squares.per_example_gradients(A, y, torch.zeros(2, 5, dtype=torch.float64)), "w must"),
+    (lambda A, y: least_squares.batch_gradients(A, y, A), "shaped"),
+    (lambda A, y: least_squares.hessian(y), "A must be a non-empty 2-D"),
+    (lambda A, y: least_squares.optimum(A, y.unsqueeze(1)), "y must be a 1-D")])
+def test_shapes_that_do_not_fit_are_named(call, name):
+    A, y = problem()
+    with pytest.raises(ValueError, match=name):
+        call(A, y)

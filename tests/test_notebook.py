@@ -1,6 +1,6 @@
 import pytest
 
-from dpedu.notebook import explore, show_source, widgets_enabled
+from dpedu.notebook import explore, progress, show_source, widgets_enabled
 
 
 def test_explore_draws_the_first_choice_when_widgets_are_off(monkeypatch):
@@ -19,3 +19,20 @@ def test_explore_rejects_options_that_are_not_choices(values):
 
 def test_show_source_shows_the_code_itself():
     assert "def explore" in show_source(explore).data
+
+
+def test_progress_is_quiet_under_the_tests_and_yields_everything(monkeypatch, capsys):
+    monkeypatch.setenv("DPEDU_QUIET", "1")
+    assert list(progress(range(5), "counting")) == [0, 1, 2, 3, 4]
+    assert capsys.readouterr().err == ""
+    with pytest.raises(TypeError, match="description"):
+        progress(range(3), 7)
+
+
+def test_explore_and_show_source_name_bad_arguments():
+    with pytest.raises(TypeError, match="draw"):
+        explore(None, lr=(0.1,))
+    with pytest.raises(ValueError, match="at least one option"):
+        explore(lambda: None)
+    with pytest.raises(TypeError, match="obj"):
+        show_source(3)

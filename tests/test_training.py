@@ -105,3 +105,37 @@ def test_largest_difference_of_state_dicts_and_of_parameter_lists():
     with torch.no_grad():
         b[0].weight[1, 2] += 0.5
     assert largest_difference(a.parameters(), b.parameters()) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize(("change", "error", "name"), [
+    ({"model": "not a model"}, TypeError, "model"), ({"loss_fn": 3}, TypeError, "loss_fn"),
+    ({"y": torch.zeros(3)}, ValueError, "X and y"), ({"X": [[0.0]]}, TypeError, "X and y"),
+    ({"evaluations_per_epoch": 0}, ValueError, "evaluations_per_epoch"), ({"seed": -1}, ValueError, "seed")])
+def test_train_checks_what_it_trains_and_on_what(patients, change, error, name):
+    call = {"model": linear_regression(10), "loss_fn": squared_error, "X": patients.X_train, "y": patients.y_train,
+            "batch_size": 8, "lr": 0.1, "epochs": 1} | change
+    with pytest.raises(error, match=name):
+        train(call.pop("model"), call.pop("loss_fn"), call.pop("X"), call.pop("y"), **call)
+
+
+def test_largest_difference_refuses_mismatched_sets():
+    a, b = mlp(4, 3, 2, seed=0), mlp(4, 5, 2, seed=0)
+    with pytest.raises(ValueError, match="same shapes"):
+        largest_difference(a.parameters(), b.parameters())
+    with pytest.raises(ValueError, match="same keys"):
+        largest_difference(a.state_dict(), {"0.weight": a[0].weight})
+    with pytest.raises(TypeError, match="both be state dicts"):
+        largest_difference(a.state_dict(), list(a.parameters()))
+    with pytest.raises(ValueError, match="same, non-zero number"):
+        largest_difference([], [])
+
+
+def test_models_and_datasets_name_bad_arguments():
+    with pytest.raises(ValueError, match="in_features"):
+        linear_regression(0)
+    with pytest.raises(ValueError, match="seed"):
+        mlp(4, 3, 2, seed=-1)
+    with pytest.raises(ValueError, match="test_fraction"):
+        diabetes(test_fraction=float("nan"))
+    with pytest.raises(ValueError, match="seed"):
+        digits(seed=1.5)
