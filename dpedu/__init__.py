@@ -11,7 +11,7 @@ Public API (stable names that notebooks and outside checks rely on):
 
 The lessons import the rest from the module of its concept, each readable in one sitting:
 ``launcher`` (``start_methods``, ``rendezvous``, ``failures``), ``commands`` (torchrun/mpirun from a cell),
-``ddp``, ``hogwild``, ``training``, ``least_squares``, ``staleness``, ``noise_scale``,
+``data_parallel``, ``ddp``, ``hogwild``, ``training``, ``least_squares``, ``staleness``, ``noise_scale``,
 ``noisy_quadratic``, ``datasets``, ``models``, ``notebook``, ``plotting``, ``course``, ``diagrams``
 and ``exercises.lessonNN``. Their training loops share one convention: what is trained, then the
 loss and the data, then every setting by keyword.
