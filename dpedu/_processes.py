@@ -17,13 +17,15 @@ import time
 from collections.abc import Callable, Mapping
 
 
-def signal_group(pid: int, sig: int) -> None:
-    """Send ``sig`` to the process ``pid`` and then to the group it leads; a gone target is skipped.
+def signal_group(pid: int, sig: int, leader_exited: bool = False) -> None:
+    """Send ``sig`` to the process ``pid`` (unless it has exited) and then to the group it leads.
 
     The process first: once it has stopped it can start no new child, so the group signalled next
-    holds every child it ever started.
+    holds every child it ever started. An exited leader is not signalled: under forkserver it is
+    reaped by the server as it exits, and its pid may already be someone else's. Its group still
+    is: a pid stays reserved while a group of that number has members.
     """
-    for send in (os.kill, os.killpg):
+    for send in ((os.killpg,) if leader_exited else (os.kill, os.killpg)):
         try:
             send(pid, sig)
         except (ProcessLookupError, PermissionError):  # gone, or no group yet (macOS says EPERM for zombies)
@@ -39,8 +41,8 @@ def stop_groups(leaders: Mapping[int, Callable[[], bool]], exit_grace: float = 0
     """
     _wait_until(lambda: all(exited() for exited in leaders.values()), exit_grace)
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in leaders:
-            signal_group(pid, sig)
+        for pid, exited in leaders.items():
+            signal_group(pid, sig, leader_exited=exited())
         _wait_until(lambda: all(exited() for exited in leaders.values()), grace)
 
 

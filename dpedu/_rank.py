@@ -35,7 +35,7 @@ class RankSpec:
     backend: str  # "gloo", or "nccl" for a group with nccl for CUDA tensors and gloo for CPU ones
     timeout: float
     threads: int
-    env: dict[str, str]
+    env: dict[str, str]  # the launcher's whole environment, with the rendezvous variables
     logdir: str
     launcher_pid: int
     child_of_launcher: bool  # False under forkserver: the server is the parent, not the launcher
@@ -117,6 +117,7 @@ def run_rank(spec: RankSpec, payload: bytes, report: Any) -> None:
     _die_with_parent(spec)
     _capture_output(spec.logdir, spec.rank)
     _dump_stack_on_request(spec)
+    os.environ.clear()  # the launcher's environment of this moment, whatever process forked us
     os.environ.update(spec.env)
     os.environ.update(RANK=str(spec.rank), LOCAL_RANK=str(spec.rank), GROUP_RANK="0",
                       LOCAL_WORLD_SIZE=str(spec.world_size), OMP_NUM_THREADS=str(spec.threads))

@@ -6,6 +6,7 @@ import os
 import subprocess
 import tempfile
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -52,7 +53,11 @@ def run_together(commands: Sequence[Sequence[str]], *, timeout: float, cwd: str 
         finally:  # every command's whole session (torchrun's workers too), then reap
             stop_groups({p.pid: partial(_has_exited, p) for p in processes}, grace=2.0)
             for p in processes:
-                p.wait()
+                try:
+                    p.wait(5.0)  # SIGKILLed just now: only a process stuck in the kernel could take longer
+                except subprocess.TimeoutExpired:
+                    warnings.warn(f"run_together: {p.args[0]} (pid {p.pid}) did not end after SIGKILL",
+                                  RuntimeWarning, stacklevel=2)
             for out, err in files:
                 out.seek(0)
                 err.seek(0)

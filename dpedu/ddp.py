@@ -100,8 +100,19 @@ def train(*, steps: int, batch_size: int, lr: float, ddp: bool = True, reduction
                 (loss / accumulation if reduction == "mean" else loss).backward()
         opt.step()
     plain = model.module if ddp else model
-    return {"model": {k: v.cpu() for k, v in plain.state_dict().items()},
-            "optimizer": opt.state_dict()}
+    return {"model": _on_cpu(plain.state_dict()), "optimizer": _on_cpu(opt.state_dict())}
+
+
+def _on_cpu(state: Any) -> Any:
+    """``state`` with every tensor in it copied to the CPU: unpickling a CUDA tensor in the notebook
+    would initialise CUDA there."""
+    if isinstance(state, torch.Tensor):
+        return state.cpu()
+    if isinstance(state, dict):
+        return {key: _on_cpu(value) for key, value in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(_on_cpu(value) for value in state)
+    return state
 
 
 def _epochs(loader: DataLoader, start_step: int) -> Iterator[list[torch.Tensor]]:

@@ -69,9 +69,11 @@ def _gpus() -> tuple[GPU, ...]:
         found = _gpu_properties()
     else:
         child = "import json; from dpedu.environment import _gpu_properties; print(json.dumps(_gpu_properties()))"
-        out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120,
-                             check=True).stdout
-        found = json.loads(out.strip().splitlines()[-1])
+        run = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
+        if run.returncode != 0:  # NVML sees GPUs but CUDA cannot start (driver too old, GPUs busy, ...)
+            why = (run.stderr.strip().splitlines() or ["unknown error"])[-1]
+            return tuple(GPU(i, f"unusable by torch: {why}", 0.0) for i in range(gpu_count()))
+        found = json.loads(run.stdout.strip().splitlines()[-1])
     return tuple(GPU(i, name, memory / 2**30) for i, (name, memory) in enumerate(found))
 
 

@@ -79,11 +79,15 @@ def first_failure(errors: list[tuple[float, int, tuple[str, str]]], silent: list
 
 def died(process: BaseProcess, rank: int) -> RankFailedError:
     """The error for a rank that ended without reporting; its children are stopped first."""
-    signal_group(process.pid, signal.SIGKILL)  # before reaping it, so the group is still its own
+    signal_group(process.pid, signal.SIGKILL, leader_exited=True)  # its children; the group is still its own
     process.join(1.0)
     code = process.exitcode
     how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
-    return RankFailedError(rank, f"the process ended ({how}) without returning a result", "")
+    hint = ""
+    if code == 1:  # the usual cause outside a notebook: a script whose ranks re-run its top level
+        hint = ("if it was started by spawn or forkserver from a script, guard the script's top level with "
+                "`if __name__ == \"__main__\":` (the rank's own error went to the terminal)")
+    return RankFailedError(rank, f"the process ended ({how}) without returning a result", "", hint)
 
 
 def where_stuck(processes: list[BaseProcess], ranks: list[int], logdir: str) -> dict[int, str]:
@@ -111,3 +115,36 @@ def _where(stack_file: Path) -> str:
         return f"in {innermost}"
     at = f"{ours[1]} line {ours[0]}"
     return f"at {at}" if innermost == ours[1] else f"in {innermost}, called at {at}"
+
+
+# multiprocessing's shared helpers: one of each per parent process, living as long as it does by
+# design. They are not ranks; what *they* start (a forkserver's ranks) is.
+_HELPERS = (b"resource_tracker", b"multiprocessing.forkserver")
+
+
+def leftover_processes(pid: int | None = None) -> list[int]:
+    """Live processes started by ``pid`` (default: this one), and by those, at any depth.
+
+    After any launch, whatever happened, there should be none: multiprocessing's resource tracker
+    and forkserver are left out (one each per kernel, by design), not what a forkserver starts.
+    Reads /proc (Linux); elsewhere only direct children are seen (``multiprocessing.active_children``).
+    """
+    root = os.getpid() if pid is None else pid
+    if not Path("/proc").exists():
+        import multiprocessing
+
+        return [p.pid for p in multiprocessing.active_children()] if root == os.getpid() else []
+    table = []
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            table.append((int(entry.name), int(fields[1]), fields[0], (entry / "cmdline").read_bytes()))
+        except (OSError, ValueError, IndexError):  # not a process, or gone meanwhile
+            continue
+    found, parents = [], {root}
+    while parents:
+        children = [(p, command) for p, parent, state, command in table if parent in parents and state != "Z"]
+        found += [p for p, command in children if not any(helper in command for helper in _HELPERS)]
+        parents = {p for p, _ in children}
+    return found
+

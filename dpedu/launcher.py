@@ -7,8 +7,10 @@ what a plain ``mp.spawn`` gives, ``launch`` guarantees what a classroom needs:
 - rank outputs appear in the cell, labelled and in rank order (so stored notebook outputs reproduce);
 - an exception in any rank is raised in the caller with that rank's traceback, and stops the others;
 - a rank stuck in a collective is stopped after ``timeout`` seconds, and the error says where it was;
-- no child process outlives the call, whatever happens (error, timeout, Ctrl-C / kernel interrupt,
-  a second Ctrl-C during the clean-up), under every start method.
+- no rank, and no process a rank started, outlives the call, whatever happens (error, timeout,
+  Ctrl-C / kernel interrupt, a second Ctrl-C during the clean-up), under every start method. Only
+  multiprocessing's own helpers stay, one of each per kernel: its resource tracker, and the
+  forkserver where ranks start from one.
 
 The child side (what runs inside each rank) lives in :mod:`dpedu._rank`; how ranks are started
 (fork, forkserver, spawn) in :mod:`dpedu.start_methods`; how failures and hangs are told apart and
@@ -73,6 +75,8 @@ def _check_arguments(fn: Any, world_size: Any, args: Any, timeout: Any, backend:
     if not isinstance(args, (tuple, list)):
         raise TypeError(f"args must be a tuple of arguments for fn, got {type(args).__name__}")
     real("timeout", timeout, above=0)
+    if timeout > 1e7:  # the process group's timedelta overflows long before; no lesson waits 4 months
+        raise ValueError(f"timeout must be at most 1e7 seconds, got {timeout!r}")
     if backend is not None and backend not in _BACKENDS:
         raise ValueError(f"backend must be None or one of {_BACKENDS}, got {backend!r}")
     whole("threads_per_rank", threads)
@@ -130,7 +134,9 @@ def _run(payload: bytes, world_size: int, backend: str, method: str, timeout: fl
          threads: int, stream: bool) -> list[Any]:
     """One attempt at a launch, on one rendezvous port."""
     ctx = context(method)
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(world_size)}
+    # The whole environment, as it is now: a forkserver's ranks would otherwise see the server's, frozen
+    # at the first launch, and miss what a later cell set (NCCL_DEBUG, CUDA_VISIBLE_DEVICES, ...).
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(world_size)}
     if "GLOO_SOCKET_IFNAME" not in os.environ and (loopback := loopback_interface()):
         env["GLOO_SOCKET_IFNAME"] = loopback  # all ranks are on this machine; skip hostname lookups
     processes: list[BaseProcess] = []
@@ -162,7 +168,9 @@ def _run(payload: bytes, world_size: int, backend: str, method: str, timeout: fl
 def _stop(processes: Sequence[BaseProcess], exit_grace: float = 0.0) -> None:
     """Give ranks ``exit_grace`` s to exit, stop each rank and its process group, reap all."""
     started = [p for p in processes if p.pid is not None]
-    stop_groups({p.pid: partial(has_exited, p) for p in started}, exit_grace=exit_grace)
+    # Not those already reaped (a rank that died silently, see failures.died): their pid is free.
+    running = [p for p in started if p._popen.returncode is None]
+    stop_groups({p.pid: partial(has_exited, p) for p in running}, exit_grace=exit_grace)
     for p in started:
         p.join(5.0)  # SIGKILLed just now: only a process stuck in the kernel could take longer
         if p.exitcode is None:

@@ -35,12 +35,13 @@ def choose_start_method(start_method: str | None = None) -> tuple[str, str | Non
     """Return ``(method, why_not_fork)``: ``fork`` where it is safe, else the fallback and the reason.
 
     An explicit ``start_method`` wins, then the environment variable ``DPEDU_START_METHOD`` (to try
-    another machine's path here, e.g. macOS's spawn on Linux), then one set with
-    ``multiprocessing.set_start_method``.
+    another machine's path here, e.g. macOS's spawn on Linux). multiprocessing's own default is not
+    consulted: anything that uses multiprocessing (a tqdm bar, DataLoader workers) fixes it to
+    "fork" on Linux, which says nothing about whether forking is safe.
     Otherwise: ``spawn`` off Linux, ``forkserver`` on Linux with GPUs, ``fork`` on Linux without.
     Counting the GPUs asks NVML and does not touch CUDA, so the answer never spoils a later fork.
     """
-    forced = start_method or os.environ.get("DPEDU_START_METHOD") or mp.get_start_method(allow_none=True)
+    forced = start_method or os.environ.get("DPEDU_START_METHOD")
     if forced is not None:
         if forced not in mp.get_all_start_methods():
             raise ValueError(f"start_method must be one of {mp.get_all_start_methods()}, got {forced!r}")

@@ -3,6 +3,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from dpedu import ddp, free_port, launch
 from dpedu.training import largest_difference
@@ -80,3 +81,11 @@ def test_destroying_the_group_after_ddp_stops_its_gloo_threads():
                          timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "[]", f"gloo threads still running after destroy_process_group: {run.stdout}"
+
+
+def test_returned_states_hold_no_tensor_off_the_cpu():
+    state = ddp.train(steps=2, batch_size=32, lr=0.01, ddp=False, optimizer="adam")
+    tensors = list(state["model"].values()) + [t for moments in state["optimizer"]["state"].values()
+                                               for t in moments.values() if isinstance(t, torch.Tensor)]
+    assert tensors and all(t.device.type == "cpu" for t in tensors)
+    assert ddp._on_cpu({"a": [torch.ones(1), (2, "x")]})["a"][1] == (2, "x")  # structure kept

@@ -24,3 +24,13 @@ def test_gpus_are_read_in_a_child_while_cuda_is_not_initialised(monkeypatch):
     monkeypatch.setattr(environment, "gpu_count", lambda: 1)  # take the child path even without a GPU
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     assert len(environment._gpus()) == real_count  # what the child read
+
+
+def test_gpus_that_torch_cannot_use_are_reported_not_raised(monkeypatch):
+    from dpedu import environment
+
+    monkeypatch.setattr(environment, "gpu_count", lambda: 2)  # NVML sees two GPUs ...
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(environment.sys, "executable", "false")  # ... and the child reading them fails
+    gpus = environment._gpus()
+    assert [g.index for g in gpus] == [0, 1] and all(g.name.startswith("unusable by torch") for g in gpus)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from processes import children_of, gone_within
+from processes import children_of, gone_within, state
 
 import dpedu
 from dpedu import LaunchTimeoutError, RankFailedError, free_port, launch
@@ -268,6 +268,7 @@ def test_a_second_ctrl_c_during_the_clean_up_leaves_nothing_running(ctrl_c_raise
         ({"args": (threading.Lock(),)}, TypeError, "cannot be sent"),
         ({"timeout": 0}, ValueError, "timeout"),
         ({"timeout": float("nan")}, ValueError, "timeout"),
+        ({"timeout": 1e14}, ValueError, "timeout must be at most 1e7"),
         ({"backend": "mpi"}, ValueError, "backend"),
         ({"threads_per_rank": 0}, ValueError, "threads_per_rank"),
         ({"stream": "yes"}, TypeError, "stream must be True or False"),
@@ -381,3 +382,32 @@ def test_with_nccl_each_rank_takes_its_own_gpu_and_cpu_tensors_still_work(monkey
     monkeypatch.setattr(dist, "init_process_group", init_recording_the_backend)
     results = launch(device_and_group, 2, backend="nccl", start_method="fork")
     assert results == [(0, "cpu:gloo,cuda:nccl"), (1, "cpu:gloo,cuda:nccl")]
+
+
+def read_setting():
+    return os.environ.get("DPEDU_TEST_SETTING")
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_ranks_see_the_environment_of_the_moment_they_are_launched(method, monkeypatch):
+    launch(read_setting, 1, start_method=method)  # a forkserver, if any, is up before the setting exists
+    monkeypatch.setenv("DPEDU_TEST_SETTING", "set in a later cell")
+    assert launch(read_setting, 2, start_method=method) == ["set in a later cell"] * 2
+
+
+@pytest.mark.skipif(not Path("/proc").exists(), reason="reads /proc")
+@pytest.mark.parametrize("method", METHODS)
+def test_no_signal_goes_to_a_pid_that_is_no_longer_a_rank(method, monkeypatch):
+    """A reaped rank's pid may be reused at once: signalling it could hit someone else's process."""
+    sent = []
+    real_kill = os.kill
+
+    def recording_kill(pid, sig):
+        sent.append((pid, sig, state(pid) is not None))  # a zombie's pid is still reserved
+        real_kill(pid, sig)
+
+    monkeypatch.setattr(os, "kill", recording_kill)
+    launch(all_reduce_rank_plus_one, 2, start_method=method)
+    with pytest.raises(RankFailedError, match="exit code 3"):
+        launch(exit_without_result, 2, args=(3,), timeout=30, start_method=method)
+    assert [(pid, sig) for pid, sig, existed in sent if not existed] == []

@@ -13,7 +13,6 @@ from dpedu.start_methods import FORKSERVER_PRELOAD, choose_start_method
 @pytest.fixture
 def unforced(monkeypatch):
     monkeypatch.delenv("DPEDU_START_METHOD", raising=False)
-    monkeypatch.setattr(mp, "get_start_method", lambda allow_none=False: None)
     monkeypatch.setattr("sys.platform", "linux")
 
 
@@ -26,6 +25,16 @@ def test_linux_with_gpus_never_forks_from_the_kernel(unforced, monkeypatch):
     monkeypatch.setattr(start_methods, "gpu_count", lambda: 2)
     method, why = choose_start_method()
     assert method == "forkserver" and "2 GPU(s)" in why and "touched CUDA" in why
+
+
+def test_multiprocessing_used_before_does_not_make_a_gpu_machine_fork(unforced, monkeypatch):
+    from tqdm import tqdm
+
+    for _ in tqdm(range(2), disable=True):  # fixes multiprocessing's default start method ("fork" on Linux)
+        pass
+    assert mp.get_start_method(allow_none=True) is not None
+    monkeypatch.setattr(start_methods, "gpu_count", lambda: 1)
+    assert choose_start_method()[0] == "forkserver"
 
 
 def test_macos_spawns(unforced, monkeypatch):
