@@ -56,8 +56,19 @@ def stability_limit(staleness: int) -> float:
         coefficients[-1] += a  # for staleness 0 this shares its place with the -1: z - 1 + a
         return bool(np.abs(np.roots(coefficients)).max() < 1)
 
-    low, high = 0.0, 2.5  # stable just above 0; unstable at 2.5 for every staleness
-    for _ in range(60):
+    return stability_edge(stable, 0.0, 2.5)  # stable just above 0; unstable at 2.5 for every staleness
+
+
+def stability_edge(stable: Callable[[float], bool], low: float, high: float, steps: int = 60) -> float:
+    """The edge between ``stable(low)`` and not ``stable(high)``, by bisection, from the stable side.
+
+    Assumes one edge in between. The result is stable itself and within ``(high - low) / 2**steps``
+    of the edge (60 halvings: float64 precision for any interval of order 1).
+    """
+    real("low", low)
+    real("high", high, above=low)
+    whole("steps", steps)
+    for _ in range(steps):
         middle = (low + high) / 2
         low, high = (middle, high) if stable(middle) else (low, middle)
     return low

@@ -1,6 +1,7 @@
 import math
 
 import pytest
+import torch
 
 from dpedu.exercises import lesson05
 
@@ -17,8 +18,16 @@ def test_checks_reject_wrong_answers():
     assert not lesson05.mean_staleness(16, 16)
 
 
-@pytest.mark.parametrize("call", [lambda: lesson05.largest_lr(-1, 1.0, 1.0), lambda: lesson05.largest_lr(1, 0.0, 1.0),
-                                  lambda: lesson05.sync_round_time(0, 1.0), lambda: lesson05.mean_staleness(2.5, 1.0)])
-def test_bad_arguments_are_refused(call):
-    with pytest.raises(ValueError):
+def test_the_round_time_check_agrees_with_a_simulation_and_scales():
+    draws = torch.empty(400_000, 4, dtype=torch.float64).exponential_(generator=torch.Generator().manual_seed(1))
+    assert lesson05.sync_round_time(4, draws.max(1).values.mean().item())  # within 1 %, independently
+    assert lesson05.sync_round_time(1024, sum(1 / k for k in range(1, 1025)))  # exact: no 1.6 GB of draws
+
+
+@pytest.mark.parametrize(("call", "name"), [(lambda: lesson05.largest_lr(-1, 1.0, 1.0), "staleness"),
+                                            (lambda: lesson05.largest_lr(1, 0.0, 1.0), "curvature"),
+                                            (lambda: lesson05.sync_round_time(0, 1.0), "workers"),
+                                            (lambda: lesson05.mean_staleness(2.5, 1.0), "workers")])
+def test_bad_arguments_are_refused(call, name):
+    with pytest.raises(ValueError, match=name):
         call()
