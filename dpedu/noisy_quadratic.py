@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from dpedu._validate import real, whole
+
 
 @dataclass(frozen=True)
 class NoisyQuadratic:
@@ -24,11 +26,19 @@ class NoisyQuadratic:
     @classmethod
     def spectrum(cls, dimension: int = 10, largest: float = 1.0, smallest: float = 0.01, noise: float = 0.5):
         """Curvatures spaced evenly on a log scale between ``largest`` and ``smallest``; w* = 1."""
+        whole("dimension", dimension)
+        real("smallest", smallest, above=0)
+        real("largest", largest, at_least=smallest)
+        real("noise", noise, at_least=0)
         curvatures = torch.logspace(math.log10(largest), math.log10(smallest), dimension, dtype=torch.float64)
         return cls(curvatures, noise, torch.ones(dimension, dtype=torch.float64))
 
     def sample(self, batch: int, generator: torch.Generator, runs: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
         """``runs`` independent batches: X of shape (runs, batch, d), y of shape (runs, batch)."""
+        whole("batch", batch)
+        whole("runs", runs)
+        if not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
         d = len(self.curvatures)
         X = torch.randn(runs, batch, d, generator=generator, dtype=torch.float64) * self.curvatures.sqrt()
         y = X @ self.w_star + self.noise * torch.randn(runs, batch, generator=generator, dtype=torch.float64)
@@ -60,6 +70,8 @@ def expected_excess(problem: NoisyQuadratic, lr: torch.Tensor | float, batch_siz
         raise ValueError("lr must be finite and >= 0")
     if (batch < 1).any():
         raise ValueError("batch_size must be >= 1")
+    whole("steps", steps, minimum=0)
+    whole("warmup_steps", warmup_steps, minimum=0)
     lam = problem.curvatures
     shape = torch.broadcast_shapes(lr.shape, batch.shape)
     c = (problem.w_star**2).expand(*shape, len(lam)).clone()  # E[δ_i²], starting from w = 0

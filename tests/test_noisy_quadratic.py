@@ -38,3 +38,19 @@ def test_warmup_and_bad_arguments():
         expected_excess(problem, float("nan"), 8, 3)
     with pytest.raises(ValueError, match="batch_size"):
         expected_excess(problem, 0.1, 0, 3)
+
+
+@pytest.mark.parametrize(("call", "error", "name"), [
+    (lambda p: NoisyQuadratic.spectrum(dimension=0), ValueError, "dimension"),
+    (lambda p: NoisyQuadratic.spectrum(smallest=0.0), ValueError, "smallest"),
+    (lambda p: NoisyQuadratic.spectrum(largest=0.001), ValueError, "largest"),
+    (lambda p: NoisyQuadratic.spectrum(noise=-1.0), ValueError, "noise"),
+    (lambda p: p.sample(0, torch.Generator()), ValueError, "batch"),
+    (lambda p: p.sample(4, torch.Generator(), runs=0), ValueError, "runs"),
+    (lambda p: p.sample(4, 0), TypeError, "generator"),
+    (lambda p: expected_excess(p, 0.1, 8, -1), ValueError, "steps"),
+    (lambda p: expected_excess(p, 0.1, 8, 3, warmup_steps=1.5), ValueError, "warmup_steps"),
+])
+def test_bad_arguments_are_refused_by_name(call, error, name):
+    with pytest.raises(error, match=name):
+        call(NoisyQuadratic.spectrum())
