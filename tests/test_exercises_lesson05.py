@@ -18,6 +18,11 @@ def test_checks_reject_wrong_answers():
     assert not lesson05.mean_staleness(16, 16)
 
 
+def test_the_momentum_check_follows_one_minus_one_over_m():
+    assert lesson05.implicit_momentum(2, 0.5) and lesson05.implicit_momentum(1, 0.0)
+    assert not lesson05.implicit_momentum(2, 0.75) and not lesson05.implicit_momentum(4, 0.5)
+
+
 def test_the_round_time_check_agrees_with_a_simulation_and_scales():
     draws = torch.empty(400_000, 4, dtype=torch.float64).exponential_(generator=torch.Generator().manual_seed(1))
     assert lesson05.sync_round_time(4, draws.max(1).values.mean().item())  # within 1 %, independently

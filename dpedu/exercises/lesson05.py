@@ -40,3 +40,17 @@ def mean_staleness(workers: int, answer: float) -> bool:
     truth = total / len(finisher)
     return verdict(close(answer, truth, 0.03), "between a worker's read and its write, the others finish "
                                                 "at their own rate")
+
+
+def implicit_momentum(workers: int, answer: float) -> bool:
+    """The momentum that asynchrony with ``workers`` memoryless workers adds (1 %).
+
+    Mitliagkas et al. 2016: with geometric staleness the expected asynchronous update is heavy-ball
+    momentum 1 - 1/M, the relation lesson 05's part 5 measures for M = 4.
+    """
+    whole("workers", workers)
+    truth = 1 - 1 / workers
+    ok = close(answer, truth, 0.01) if truth else answer == 0
+    return verdict(ok, "an update arrives late by a geometric number of steps; the weights it was computed at "
+                       "lag the current ones like a heavy ball's velocity: momentum 1 - 1/M")
+
