@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 
 def whole(name: str, value: object, minimum: int = 1, maximum: int | None = None) -> int:
     """``value`` as an int in [minimum, maximum] (bools are refused: True is not a count)."""
@@ -14,10 +16,23 @@ def whole(name: str, value: object, minimum: int = 1, maximum: int | None = None
     return value
 
 
-def real(name: str, value: object, *, above: float | None = None, at_least: float | None = None) -> float:
-    """``value`` as a finite float, ``> above`` or ``>= at_least`` when given."""
+def real(name: str, value: object, *, above: float | None = None, at_least: float | None = None,
+         at_most: float | None = None) -> float:
+    """``value`` as a finite float, ``> above``, ``>= at_least`` and ``<= at_most`` when given."""
     if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-            or (above is not None and value <= above) or (at_least is not None and value < at_least)):
-        bound = f" > {above:g}" if above is not None else f" >= {at_least:g}" if at_least is not None else ""
-        raise ValueError(f"{name} must be a finite number{bound}, got {value!r}")
+            or (above is not None and value <= above) or (at_least is not None and value < at_least)
+            or (at_most is not None and value > at_most)):
+        bounds = [f"{sign} {bound:g}" for sign, bound in ((">", above), (">=", at_least), ("<=", at_most))
+                  if bound is not None]
+        raise ValueError(f"{name} must be a finite number{' ' + ' and '.join(bounds) if bounds else ''}, "
+                         f"got {value!r}")
     return float(value)
+
+
+def tensor(name: str, value: object, dim: int | None = None) -> torch.Tensor:
+    """``value`` if it is a tensor (TypeError if not) with ``dim`` dimensions when given (ValueError if not)."""
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+    if dim is not None and value.dim() != dim:
+        raise ValueError(f"{name} must be a {dim}-D tensor, got shape {tuple(value.shape)}")
+    return value

@@ -31,6 +31,8 @@ LESSONS: tuple[Lesson, ...] = (
 
 def written_lessons(folder: str | Path = NOTEBOOKS) -> set[int]:
     """The numbers of the lessons that have a notebook (``NN_*.ipynb``) in ``folder``."""
+    if not isinstance(folder, (str, Path)):
+        raise TypeError(f"folder must be a str or Path, got {type(folder).__name__}")
     folder = Path(folder)
     if not folder.is_dir():
         raise ValueError(f"folder must be a directory of lesson notebooks, got {str(folder)!r}")
@@ -49,6 +51,8 @@ def draw_course_map(path: str | Path | None = None, written: Iterable[int] | Non
 
     if path is not None and not isinstance(path, (str, Path)):
         raise TypeError(f"path must be a str or Path, got {type(path).__name__}")
+    if written is not None and not isinstance(written, Iterable):
+        raise TypeError(f"written must be lesson numbers (a set or list), got {type(written).__name__}")
     written = written_lessons() if written is None else set(written)
     if not written <= {lesson.number for lesson in LESSONS}:
         raise ValueError(f"written must list lesson numbers from 0 to {len(LESSONS) - 1}, got {sorted(written)}")

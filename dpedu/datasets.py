@@ -37,6 +37,9 @@ def _split_and_standardise(X, y, test_fraction: float, seed: int, target_dtype) 
     y = torch.as_tensor(y, dtype=target_dtype)
     order = torch.randperm(len(X), generator=torch.Generator().manual_seed(seed))
     n_test = round(len(X) * test_fraction)
+    if not 1 <= n_test <= len(X) - 2:  # standardising needs two training examples; a test set needs one
+        raise ValueError(f"test_fraction {test_fraction!r} leaves {n_test} of {len(X)} examples for testing; "
+                         "each split needs some (the training split at least two)")
     test, train = order[:n_test], order[n_test:]
     mean, std = X[train].mean(0), X[train].std(0).clamp_min(1e-6)  # constant pixels have std 0
     return (X[train] - mean) / std, y[train], (X[test] - mean) / std, y[test]

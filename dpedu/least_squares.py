@@ -10,25 +10,27 @@ from __future__ import annotations
 
 import torch
 
+from dpedu._validate import tensor
+
 
 def _matrix(name: str, A: object) -> torch.Tensor:
-    if not isinstance(A, torch.Tensor) or A.dim() != 2 or len(A) == 0:
-        raise ValueError(f"{name} must be a non-empty 2-D tensor (examples × features), got "
-                         f"{tuple(A.shape) if isinstance(A, torch.Tensor) else type(A).__name__}")
+    if tensor(name, A).dim() != 2 or len(A) == 0:
+        raise ValueError(f"{name} must be a non-empty 2-D tensor (examples × features), got {tuple(A.shape)}")
     return A
 
 
 def _targets(A: torch.Tensor, y: object) -> torch.Tensor:
-    if not isinstance(y, torch.Tensor) or y.shape != (len(A),):
-        raise ValueError(f"y must be a 1-D tensor of {len(A)} targets, one per row of A, got "
-                         f"{tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__}")
+    if tensor("y", y).shape != (len(A),):
+        raise ValueError(f"y must be a 1-D tensor of {len(A)} targets, one per row of A, got {tuple(y.shape)}")
     return y
 
 
 def _weights(A: torch.Tensor, w: object, *, several: bool) -> torch.Tensor:
-    if not isinstance(w, torch.Tensor) or w.shape[-1:] != (A.shape[1],) or w.dim() > (2 if several else 1):
+    if tensor("w", w).shape[-1:] != (A.shape[1],) or w.dim() > (2 if several else 1):
         raise ValueError(f"w must have {A.shape[1]} entries per weight vector (one per column of A), got "
-                         f"{tuple(w.shape) if isinstance(w, torch.Tensor) else type(w).__name__}")
+                         f"{tuple(w.shape)}")
+    if w.dtype != A.dtype:  # torch would refuse A @ w deep inside; with_bias makes A float64
+        raise TypeError(f"w must have A's dtype {A.dtype}, got {w.dtype}: use w.to(A.dtype)")
     return w
 
 
@@ -56,8 +58,8 @@ def per_example_gradients(A: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> 
 
 def batch_gradients(A: torch.Tensor, y: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
     """The mean gradient of each of many batches, one per run: A (runs, B, d), y (runs, B), W (runs, d)."""
-    if not all(isinstance(t, torch.Tensor) for t in (A, y, W)):
-        raise TypeError("A, y and W must be tensors")
+    for name, value in (("A", A), ("y", y), ("W", W)):
+        tensor(name, value)
     if A.dim() != 3 or y.shape != A.shape[:2] or W.shape != (A.shape[0], A.shape[2]):
         raise ValueError(f"A, y and W must be shaped (runs, B, d), (runs, B), (runs, d); got "
                          f"{tuple(A.shape)}, {tuple(y.shape)}, {tuple(W.shape)}")
@@ -74,4 +76,4 @@ def hessian(A: torch.Tensor) -> torch.Tensor:
 def optimum(A: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """The least-squares solution ``w*`` (float64), where the full gradient is zero."""
     _targets(_matrix("A", A), y)
-    return torch.linalg.lstsq(A, y.double().unsqueeze(1)).solution.squeeze(1)
+    return torch.linalg.lstsq(A.double(), y.double().unsqueeze(1)).solution.squeeze(1)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import torch
 
-from dpedu._validate import whole
+from dpedu._validate import tensor, whole
 
 
 def simple_noise_scale(per_example_grads: torch.Tensor, whole_dataset: bool = False) -> float:
@@ -24,9 +24,11 @@ def simple_noise_scale(per_example_grads: torch.Tensor, whole_dataset: bool = Fa
     With ``whole_dataset=True`` the rows are every example of the training set: their mean *is* G
     and their spread *is* Σ, so the exact values are used.
     """
-    g = per_example_grads
-    if not isinstance(g, torch.Tensor) or g.dim() != 2:
+    g = tensor("per_example_grads", per_example_grads)
+    if g.dim() != 2:
         raise ValueError("per_example_grads must be a 2-D tensor: one row per example, one column per parameter")
+    if not isinstance(whole_dataset, bool):
+        raise TypeError(f"whole_dataset must be True or False, got {whole_dataset!r}")
     if g.shape[0] < 2:
         raise ValueError(f"per_example_grads needs at least two examples (rows) to estimate a spread, got {g.shape[0]}")
     if not torch.isfinite(g).all():
@@ -56,9 +58,12 @@ def two_batch_noise_scale(small_batch_sq_norms: Sequence[float], big_batch_sq_no
         raise ValueError(f"small_batch ({small_batch}) must be smaller than big_batch ({big_batch})")
     means = []
     for name, values in (("small_batch_sq_norms", small_batch_sq_norms), ("big_batch_sq_norms", big_batch_sq_norms)):
-        values = torch.as_tensor(values, dtype=torch.float64).flatten()
-        if len(values) == 0 or not torch.isfinite(values).all():
-            raise ValueError(f"{name} must be a non-empty sequence of finite numbers")
+        try:
+            values = torch.as_tensor(values, dtype=torch.float64).flatten()
+        except (TypeError, ValueError, RuntimeError):
+            raise TypeError(f"{name} must be a sequence of numbers, got {values!r}") from None
+        if len(values) == 0 or not torch.isfinite(values).all() or (values < 0).any():
+            raise ValueError(f"{name} must be a non-empty sequence of finite numbers >= 0 (squared norms)")
         means.append(values.mean().item())
     small, big = means
     signal = (big_batch * big - small_batch * small) / (big_batch - small_batch)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dpedu._validate import real, whole
+from dpedu._validate import real, tensor, whole
 
 
 @dataclass(frozen=True)
@@ -44,15 +44,22 @@ class NoisyQuadratic:
         y = X @ self.w_star + self.noise * torch.randn(runs, batch, generator=generator, dtype=torch.float64)
         return X, y
 
+    def _point(self, w: object) -> torch.Tensor:
+        if tensor("w", w).shape[-1:] != self.w_star.shape:  # else broadcasting would silently pad it
+            raise ValueError(f"w must have {len(self.w_star)} entries in its last dimension, got {tuple(w.shape)}")
+        return w
+
     def excess_loss(self, w: torch.Tensor) -> torch.Tensor:
         """Expected loss above its minimum noise², for each weight vector in the last dimension."""
-        return ((w - self.w_star) ** 2 * self.curvatures).sum(-1)
+        return ((self._point(w) - self.w_star) ** 2 * self.curvatures).sum(-1)
 
     def simple_noise_scale(self, w: torch.Tensor) -> float:
-        """B_simple = tr(Σ)/|G|² at ``w``, in closed form: [(δᵀΛδ + σ²) tr Λ + δᵀΛ²δ] / δᵀΛ²δ."""
-        delta, lam = w - self.w_star, self.curvatures
+        """B_simple = tr(Σ)/|G|² at ``w``, in closed form: [(δᵀΛδ + σ²) tr Λ + δᵀΛ²δ] / δᵀΛ²δ; inf at w*."""
+        delta, lam = self._point(tensor("w", w, dim=1)) - self.w_star, self.curvatures
         curved = (lam * delta**2).sum()
         curved_twice = (lam**2 * delta**2).sum()
+        if curved_twice == 0:  # at w* the true gradient G is zero: noise without signal
+            return math.inf
         return (((curved + self.noise**2) * lam.sum() + curved_twice) / curved_twice).item()
 
 
@@ -64,16 +71,24 @@ def expected_excess(problem: NoisyQuadratic, lr: torch.Tensor | float, batch_siz
     the result has shape ``(steps + 1, *broadcast shape)``. With ``warmup_steps`` the learning rate
     rises linearly over that many steps. Runs that diverge overflow to inf.
     """
-    lr = torch.as_tensor(lr, dtype=torch.float64)
-    batch = torch.as_tensor(batch_size, dtype=torch.float64)
-    if (lr < 0).any() or not torch.isfinite(lr).all():
+    if not isinstance(problem, NoisyQuadratic):
+        raise TypeError(f"problem must be a NoisyQuadratic, got {type(problem).__name__}")
+    try:
+        lr, batch = torch.as_tensor(lr, dtype=torch.float64), torch.as_tensor(batch_size, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"lr and batch_size must be numbers or tensors, got {lr!r} and {batch_size!r}") from None
+    try:
+        shape = torch.broadcast_shapes(lr.shape, batch.shape)
+    except RuntimeError:
+        raise ValueError(f"lr {tuple(lr.shape)} and batch_size {tuple(batch.shape)} must broadcast together "
+                         "(a column and a row for a grid)") from None
+    if not (torch.isfinite(lr) & (lr >= 0)).all():
         raise ValueError("lr must be finite and >= 0")
-    if (batch < 1).any():
+    if not (batch >= 1).all():  # also refuses nan; inf is allowed: the noise-free limit
         raise ValueError("batch_size must be >= 1")
     whole("steps", steps, minimum=0)
     whole("warmup_steps", warmup_steps, minimum=0)
     lam = problem.curvatures
-    shape = torch.broadcast_shapes(lr.shape, batch.shape)
     c = (problem.w_star**2).expand(*shape, len(lam)).clone()  # E[δ_i²], starting from w = 0
     lr, batch = lr.expand(shape).unsqueeze(-1), batch.expand(shape).unsqueeze(-1)
     history = [(c * lam).sum(-1)]

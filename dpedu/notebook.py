@@ -21,6 +21,8 @@ def progress(iterable: Iterable, description: str = "") -> Iterable:
     """A ``tqdm.auto`` progress bar over ``iterable`` for long loops; quiet under the tests (``DPEDU_QUIET=1``)."""
     from tqdm.auto import tqdm
 
+    if not isinstance(iterable, Iterable):
+        raise TypeError(f"iterable must be something to loop over, got {type(iterable).__name__}")
     if not isinstance(description, str):
         raise TypeError(f"description must be a str, got {type(description).__name__}")
     return tqdm(iterable, desc=description, disable=os.environ.get("DPEDU_QUIET") == "1", leave=False)

@@ -47,6 +47,8 @@ def largest_difference(a: Mapping[str, torch.Tensor] | Iterable[torch.Tensor],
             raise ValueError(f"a and b must have the same keys; only in one: {sorted(set(a) ^ set(b))}")
         a, b = list(a.values()), [b[key] for key in a]
     a, b = list(a), list(b)
+    if not all(isinstance(t, torch.Tensor) for t in a + b):
+        raise TypeError("a and b must hold tensors (state dicts, parameters() or lists of tensors)")
     if len(a) != len(b) or not a:
         raise ValueError(f"a and b must hold the same, non-zero number of tensors, got {len(a)} and {len(b)}")
     if any(p.shape != q.shape for p, q in zip(a, b, strict=True)):
@@ -61,8 +63,12 @@ def _check_problem(model: nn.Module, loss_fn: Callable, X: torch.Tensor, y: torc
         raise TypeError(f"loss_fn must be callable, got {loss_fn!r}")
     if not isinstance(X, torch.Tensor) or not isinstance(y, torch.Tensor):
         raise TypeError(f"X and y must be tensors, got {type(X).__name__} and {type(y).__name__}")
-    if len(X) == 0 or len(X) != len(y):
-        raise ValueError(f"X and y must hold the same, non-zero number of examples, got {len(X)} and {len(y)}")
+    if X.dim() == 0 or y.dim() == 0 or len(X) == 0 or len(X) != len(y):
+        raise ValueError(f"X and y must hold the same, non-zero number of examples (rows), got shapes "
+                         f"{tuple(X.shape)} and {tuple(y.shape)}")
+    weight = next(model.parameters(), None)
+    if weight is not None and X.is_floating_point() and X.dtype != weight.dtype:  # else torch fails deep inside
+        raise TypeError(f"X is {X.dtype} but model's parameters are {weight.dtype}: convert one of them")
 
 
 def full_loss(model: nn.Module, loss_fn: Callable, X: torch.Tensor, y: torch.Tensor) -> float:
@@ -90,6 +96,10 @@ def train(model: nn.Module, loss_fn: Callable, X: torch.Tensor, y: torch.Tensor,
     whole("warmup_updates", warmup_updates, minimum=0)
     whole("evaluations_per_epoch", evaluations_per_epoch)
     whole("seed", seed, minimum=0)
+    if round(epochs * n) < 1:  # else nothing would be trained, silently
+        raise ValueError(f"epochs must cover at least one example ({1 / n:.2g} epochs here), got {epochs!r}")
+    if next(model.parameters(), None) is None:
+        raise ValueError("model must have parameters to train")
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     history = History(batch_size, lr, n)

@@ -53,3 +53,7 @@ def test_course_map_and_diagrams_name_bad_arguments(tmp_path):
         draw_aggregation_schemes(workers=1)
     with pytest.raises(TypeError, match="folder"):
         write_all(None)
+    with pytest.raises(TypeError, match="folder must be a str or Path"):
+        written_lessons(3)
+    with pytest.raises(TypeError, match="written must be lesson numbers"):
+        draw_course_map(written=5)

@@ -33,6 +33,13 @@ def test_timeout_check_runs_the_hang_and_knows_both_ranks_are_named(capsys):
         lesson00.timeout_names([0, 1], timeout=0)
 
 
+def test_timeout_check_refuses_waits_that_would_look_like_a_hang():
+    with pytest.raises(ValueError, match="sleep must be a finite number > 0 and <= 60"):
+        lesson00.timeout_names([0, 1], sleep=3600.0, timeout=3600.0)
+    with pytest.raises(ValueError, match="timeout must be a finite number > 0 and <= 60"):
+        lesson00.timeout_names([0, 1], timeout=float("inf"))
+
+
 def test_sum_formula_refuses_what_is_not_a_formula():
     with pytest.raises(TypeError, match="formula"):
         sum_formula(3)

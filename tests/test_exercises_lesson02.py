@@ -4,7 +4,7 @@ from dpedu.exercises import lesson02
 
 
 def test_checks_accept_right_and_reject_wrong_answers():
-    assert lesson02.ring_bytes_per_worker(4, 4096, 2 * 3 / 4 * 4096)
+    assert lesson02.ring_bytes_per_worker(4, 4096, 6144)  # 2 × 3 steps × 1024 bytes
     assert not lesson02.ring_bytes_per_worker(4, 4096, 2 * 4096)
     assert lesson02.shard_weights([200, 56], [200 / 256, 56 / 256])
     assert not lesson02.shard_weights([200, 56], [0.5, 0.5])
@@ -18,6 +18,10 @@ def test_checks_accept_right_and_reject_wrong_answers():
                                             (lambda: lesson02.shard_weights([200, 0], [1.0, 0.0]), "sizes"),
                                             (lambda: lesson02.shard_weights([200, 56], [1.0]), "answer"),
                                             (lambda: lesson02.shard_weights([200, 56], [1.0, None]), "answer"),
+                                            (lambda: lesson02.shard_weights([], []), "sizes must list"),
+                                            (lambda: lesson02.shard_weights([1000, 439], [0.5, 0.5]),
+                                             "sizes must list shards of 1 to 1438"),
+                                            (lambda: lesson02.summed_loss_factor(45, 45.0), "workers"),
                                             (lambda: lesson02.summed_loss_factor(-1, 1.0), "workers")])
 def test_bad_arguments_name_themselves(call, name):
     with pytest.raises(ValueError, match=name):
@@ -31,6 +35,15 @@ def test_shard_weights_accepts_rounded_weights_at_its_stated_relative_tolerance(
         lesson02.shard_weights([200, 56], [0.78, 0.22], rtol=0)
     with pytest.raises(ValueError, match="answer"):
         lesson02.shard_weights([200, 56], "ab")
+
+
+def test_every_check_draws_from_real_digits_examples_only():
+    from dpedu.datasets import digits
+
+    assert lesson02.DIGITS_TRAIN == len(digits().X_train)
+    assert lesson02.summed_loss_factor(lesson02.DIGITS_TRAIN // 32, lesson02.DIGITS_TRAIN // 32)
+    with pytest.raises(TypeError, match="sizes must be a list"):
+        lesson02.shard_weights(256, [1.0])
 
 
 def test_uneven_ghost_batch_norm_check_runs_the_experiment(capsys):

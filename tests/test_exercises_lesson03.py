@@ -18,6 +18,13 @@ def test_summed_loss_check_compares_ddp_with_one_process():
     assert not lesson03.summed_loss_lr(2, 0.002, 0.002)
 
 
+def test_summed_loss_check_calls_what_is_not_a_learning_rate_wrong_before_running_ddp(monkeypatch, capsys):
+    monkeypatch.setattr(lesson03, "launch", lambda *args, **kwargs: pytest.fail("launched for a hopeless answer"))
+    for answer in (-0.001, 0.0, float("nan"), "0.001"):
+        assert not lesson03.summed_loss_lr(2, 0.002, answer)
+    assert "positive number" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(("call", "error", "name"), [
     (lambda: lesson03.samples_per_rank(0, 4, False, 1), ValueError, "dataset_size"),
     (lambda: lesson03.samples_per_rank(10**9, 4, False, 1), ValueError, "dataset_size must be an int from 1 to 100000"),

@@ -26,12 +26,18 @@ def test_the_momentum_check_follows_one_minus_one_over_m():
 def test_the_round_time_check_agrees_with_a_simulation_and_scales():
     draws = torch.empty(400_000, 4, dtype=torch.float64).exponential_(generator=torch.Generator().manual_seed(1))
     assert lesson05.sync_round_time(4, draws.max(1).values.mean().item())  # within 1 %, independently
-    assert lesson05.sync_round_time(1024, sum(1 / k for k in range(1, 1025)))  # exact: no 1.6 GB of draws
+    # H_P ≈ ln P + γ + 1/(2P) - 1/(12P²) (error ~1/(120 P⁴)), computed without 1.6 GB of draws
+    for workers in (1024, 10**6):
+        expansion = math.log(workers) + 0.5772156649015329 + 1 / (2 * workers) - 1 / (12 * workers**2)
+        assert lesson05.sync_round_time(workers, expansion)
+        assert not lesson05.sync_round_time(workers, 1.02 * expansion)
 
 
 @pytest.mark.parametrize(("call", "name"), [(lambda: lesson05.largest_lr(-1, 1.0, 1.0), "staleness"),
                                             (lambda: lesson05.largest_lr(1, 0.0, 1.0), "curvature"),
+                                            (lambda: lesson05.largest_lr(101, 1.0, 1.0), "staleness"),
                                             (lambda: lesson05.sync_round_time(0, 1.0), "workers"),
+                                            (lambda: lesson05.sync_round_time(10**6 + 1, 1.0), "workers"),
                                             (lambda: lesson05.mean_staleness(2.5, 1.0), "workers")])
 def test_bad_arguments_are_refused(call, name):
     with pytest.raises(ValueError, match=name):

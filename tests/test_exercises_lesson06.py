@@ -1,6 +1,8 @@
 import pytest
+import torch
 
 from dpedu.exercises import lesson06
+from dpedu.noisy_quadratic import NoisyQuadratic, expected_excess
 
 
 def test_checks():
@@ -18,16 +20,20 @@ def test_the_base_lr_check_rejects_the_noise_free_guess_and_unstable_answers():
     assert not lesson06.largest_base_lr(32, 0.0300)  # safe, but 2.5 % short of the largest
 
 
-def test_stability_edge_finds_a_known_edge_from_the_stable_side():
-    from dpedu.staleness import stability_edge
-
-    edge = stability_edge(lambda x: x * x < 2, 0.0, 2.0)
-    assert edge * edge < 2 and abs(edge - 2**0.5) < 1e-12
+def test_the_base_lr_edge_is_where_the_exact_expected_loss_stops_settling():
+    """Independently of the check's matrix: noisy_quadratic's recursion, run at batch 32 · 4."""
+    problem = NoisyQuadratic.spectrum()
+    curves = expected_excess(problem, 32 * torch.tensor([0.0306, 1 / 32]), 32 * 4, 3000)
+    settled, exploded = curves[:, 0], curves[:, 1]
+    assert abs(settled[-1] - settled[-1000]) < 1e-9 * settled[-1]  # at its noise floor
+    assert exploded[-1] > 1e20 * exploded[-1000]  # 1/32 is on the unstable side
 
 
 @pytest.mark.parametrize(("call", "name"), [(lambda: lesson06.linear_scaling(-0.1, 256, 512, 1.0), "lr"),
                                             (lambda: lesson06.steps_at(100, 0, 250, 1.0), "critical_batch"),
-                                            (lambda: lesson06.largest_base_lr(0, 1.0), "k")])
+                                            (lambda: lesson06.steps_at(100, 10, float("inf"), 1.0), "batch"),
+                                            (lambda: lesson06.largest_base_lr(0, 1.0), "k"),
+                                            (lambda: lesson06.largest_base_lr(4, 1.0, base_batch=0), "base_batch")])
 def test_bad_arguments(call, name):
     with pytest.raises(ValueError, match=name):
         call()

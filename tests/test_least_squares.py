@@ -59,3 +59,23 @@ def test_shapes_that_do_not_fit_are_named(call, name):
     A, y = problem()
     with pytest.raises(ValueError, match=name):
         call(A, y)
+
+
+def test_optimum_solves_the_normal_equations_in_float64_whatever_the_dtype_of_A():
+    A, y = problem()
+    normal = torch.linalg.solve(A.T @ A, A.T @ y)  # AᵀA w = Aᵀy: an independent route to w*
+    torch.testing.assert_close(least_squares.optimum(A, y), normal)
+    assert least_squares.optimum(A.float(), y.float()).dtype == torch.float64
+
+
+@pytest.mark.parametrize(("call", "name"), [
+    (lambda A, y: least_squares.with_bias([[1.0, 2.0]]), "X must be a torch.Tensor"),
+    (lambda A, y: least_squares.loss(A, y.tolist(), torch.zeros(5, dtype=torch.float64)), "y must be a torch.Tensor"),
+    (lambda A, y: least_squares.loss(A, y, [0.0] * 5), "w must be a torch.Tensor"),
+    (lambda A, y: least_squares.per_example_gradients(A, y, torch.zeros(5)), "w must have A's dtype"),
+    (lambda A, y: least_squares.batch_gradients(A, y, None), "W must be a torch.Tensor"),
+    (lambda A, y: least_squares.hessian(A.numpy()), "A must be a torch.Tensor")])
+def test_what_is_not_a_tensor_of_the_right_dtype_is_a_type_error(call, name):
+    A, y = problem()
+    with pytest.raises(TypeError, match=name):
+        call(A, y)

@@ -36,3 +36,8 @@ def test_explore_and_show_source_name_bad_arguments():
         explore(lambda: None)
     with pytest.raises(TypeError, match="obj"):
         show_source(3)
+
+
+def test_progress_refuses_what_cannot_be_looped_over():
+    with pytest.raises(TypeError, match="iterable"):
+        progress(5)

@@ -1,10 +1,11 @@
 import math
 
+import numpy as np
 import pytest
 import torch
 
 import dpedu
-from dpedu.staleness import delayed_gd, stability_limit
+from dpedu.staleness import delayed_gd, stability_edge, stability_limit
 
 H = torch.diag(torch.tensor([0.1, 0.5, 1.0], dtype=torch.float64))
 X0 = torch.ones(3, dtype=torch.float64)
@@ -21,21 +22,21 @@ def test_public_name_and_shape():
 
 
 def test_staleness_zero_is_plain_gradient_descent():
+    # on the quadratic with Hessian H, GD multiplies each coordinate by (1 - lr·h_i) per step
     iterates = delayed_gd(grad, X0, 0.3, 0, 20)
-    x = X0.clone()
-    for t in range(20):
-        x = x - 0.3 * grad(x)
-        torch.testing.assert_close(iterates[t + 1], x)
+    steps = torch.arange(21, dtype=torch.float64).unsqueeze(1)
+    torch.testing.assert_close(iterates, (1 - 0.3 * H.diagonal()) ** steps * X0)
 
 
-def test_each_update_uses_the_gradient_of_staleness_steps_ago():
-    tau = 3
-    iterates = delayed_gd(grad, X0, 0.2, tau, 12)
-    for t in range(12):
-        torch.testing.assert_close(iterates[t + 1], iterates[t] - 0.2 * grad(iterates[max(t - tau, 0)]))
-    # while t < staleness the gradient is the start point's: the first tau + 1 steps are equal
-    steps = iterates[1:tau + 2] - iterates[:tau + 1]
-    assert all(torch.allclose(step, steps[0]) for step in steps)
+def test_stale_steps_start_from_the_start_point_and_decay_at_the_characteristic_rate():
+    tau, lr = 3, 0.2
+    iterates = delayed_gd(lambda x: x, torch.ones(1, dtype=torch.float64), lr, tau, 2000)[:, 0]
+    # while t <= staleness every step uses the gradient at x0 = 1: x_t = 1 - lr·t exactly
+    torch.testing.assert_close(iterates[:tau + 2], 1 - lr * torch.arange(tau + 2, dtype=torch.float64))
+    # later |x_t| shrinks like r^t, r the largest root of z^(τ+1) - z^τ + lr (found independently)
+    r = np.abs(np.roots([1.0, -1.0] + [0.0] * (tau - 1) + [lr])).max()
+    late, early = iterates[1900:].abs().max().item(), iterates[900:1000].abs().max().item()
+    assert (late / early) ** (1 / 1000) == pytest.approx(r, rel=1e-3)
 
 
 @pytest.mark.parametrize("tau", [0, 1, 2, 3, 6])
@@ -62,3 +63,24 @@ def test_bad_input_is_refused_with_the_argument_named(kwargs, error, name):
 
 def test_zero_steps_returns_only_the_start_point():
     assert torch.equal(delayed_gd(grad, X0, 0.1, 5, 0), X0.unsqueeze(0))
+
+
+def test_stability_limit_refuses_staleness_it_cannot_root_find_quickly():
+    with pytest.raises(ValueError, match="staleness must be an int from 0 to 100"):
+        stability_limit(101)
+
+
+def test_stability_edge_is_within_its_stated_distance_of_a_known_edge_from_the_stable_side():
+    for steps in (10, 60):
+        edge = stability_edge(lambda x: x * x < 2, 0.0, 2.0, steps=steps)
+        assert edge * edge < 2 and 0 <= 2**0.5 - edge <= max(2.0 / 2**steps, math.ulp(2**0.5))
+
+
+@pytest.mark.parametrize(("args", "error", "name"), [
+    ((3, 0.0, 1.0), TypeError, "stable must be a function"), ((lambda x: x < 1, 0.0, 0.0), ValueError, "high"),
+    ((lambda x: x < 1, float("nan"), 2.0), ValueError, "low"), ((lambda x: True, 0.0, 1.0), ValueError, "stable"),
+    ((lambda x: x < 1, 0.0, 2.0, 10**6), ValueError, "steps"),
+])
+def test_stability_edge_names_bad_arguments(args, error, name):
+    with pytest.raises(error, match=name):
+        stability_edge(*args)

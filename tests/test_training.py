@@ -139,3 +139,26 @@ def test_models_and_datasets_name_bad_arguments():
         diabetes(test_fraction=float("nan"))
     with pytest.raises(ValueError, match="seed"):
         digits(seed=1.5)
+
+
+@pytest.mark.parametrize(("change", "error", "name"), [
+    ({"X": "double"}, TypeError, "X is torch.float64 but model's parameters are torch.float32"),
+    ({"X": torch.tensor(1.0), "y": torch.tensor(1.0)}, ValueError, "X and y"),
+    ({"epochs": 1e-9}, ValueError, "epochs must cover at least one example"),
+    ({"model": torch.nn.Flatten()}, ValueError, "model must have parameters")])
+def test_train_refuses_what_would_fail_deep_in_torch_or_train_nothing(patients, change, error, name):
+    call = {"model": linear_regression(10), "loss_fn": squared_error, "X": patients.X_train, "y": patients.y_train,
+            "batch_size": 8, "lr": 0.1, "epochs": 1} | change
+    if isinstance(call["X"], str):  # the fixture is not in scope in the parameters
+        call["X"] = patients.X_train.double()
+    with pytest.raises(error, match=name):
+        train(call.pop("model"), call.pop("loss_fn"), call.pop("X"), call.pop("y"), **call)
+
+
+def test_largest_difference_wants_tensors_and_splits_need_examples():
+    with pytest.raises(TypeError, match="a and b must hold tensors"):
+        largest_difference([1.0], [2.0])
+    with pytest.raises(ValueError, match="test_fraction 0.999 leaves 442 of 442"):
+        diabetes(test_fraction=0.999)  # no training example left to standardise with
+    with pytest.raises(ValueError, match="test_fraction"):
+        digits(test_fraction=1e-5)  # no test example

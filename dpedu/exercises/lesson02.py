@@ -15,6 +15,8 @@ from dpedu.datasets import digits
 from dpedu.exercises import close, verdict
 from dpedu.models import mlp
 
+DIGITS_TRAIN = 1438  # examples in digits()' training split, which every check here draws from
+
 
 def _gradient(X: torch.Tensor, y: torch.Tensor, reduction: str = "mean", model: nn.Module | None = None
               ) -> torch.Tensor:
@@ -38,7 +40,11 @@ def shard_weights(sizes: Sequence[int], answer: Sequence[float], rtol: float = 0
     Accepted when the combined gradient is within ``rtol`` (relative, in norm) of the full-batch one:
     rounded weights such as 0.78 and 0.22 for 200 and 56 examples pass at the default 1 %.
     """
+    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence):
+        raise TypeError(f"sizes must be a list of shard sizes, got {sizes!r}")
     sizes = [whole("sizes", n) for n in sizes]
+    if not 0 < sum(sizes) <= DIGITS_TRAIN:
+        raise ValueError(f"sizes must list shards of 1 to {DIGITS_TRAIN} digits examples in all, got {sizes}")
     real("rtol", rtol, above=0)
     if isinstance(answer, (str, bytes)) or not isinstance(answer, Sequence) or len(answer) != len(sizes):
         raise ValueError(f"answer must be a sequence of one weight per shard ({len(sizes)}), got {answer!r}")
@@ -49,12 +55,13 @@ def shard_weights(sizes: Sequence[int], answer: Sequence[float], rtol: float = 0
     combined = sum(w * _gradient(xs, ys) for w, (xs, ys) in zip(weights, shards, strict=True))
     full = _gradient(X, y)
     ok = ((combined - full).norm() <= rtol * full.norm()).item()
-    return verdict(ok, "each shard's mean stands for its examples: weight it by its share of the batch")
+    return verdict(ok, "each shard's mean stands for its examples: weight it by its share of the batch "
+                       f"(accepted within {rtol:.2g} of the full-batch gradient, relative, in norm)")
 
 
 def summed_loss_factor(workers: int, answer: float) -> bool:
     """By what factor must lr change when K towers average summed-loss gradients? (run on digits)"""
-    whole("workers", workers)
+    whole("workers", workers, maximum=DIGITS_TRAIN // 32)  # 32 examples per tower, all of them real
     data = digits()
     X, y = data.X_train[: 32 * workers], data.y_train[: 32 * workers]
     averaged = sum(_gradient(xs, ys, "sum") for xs, ys in zip(X.chunk(workers), y.chunk(workers), strict=True))
@@ -80,7 +87,7 @@ def towers_equal_uneven_ghost_batch_norm(answer: bool, examples: int = 250, chun
     if not isinstance(answer, bool):
         raise TypeError(f"answer must be True or False, got {answer!r}")
     whole("chunks", chunks, minimum=2)
-    whole("examples", examples, minimum=2 * chunks, maximum=1438)
+    whole("examples", examples, minimum=2 * chunks, maximum=DIGITS_TRAIN)
     data = digits()
     X, y = data.X_train[:examples], data.y_train[:examples]
     sizes = [len(part) for part in X.tensor_split(chunks)]

@@ -48,6 +48,10 @@ def summed_loss_lr(world_size: int, lr: float, answer: float) -> bool:
     """At which learning rate does one process (batch world_size*16, summed loss) match DDP at ``lr``?"""
     whole("world_size", world_size, maximum=8)  # one process per rank on this machine
     real("lr", lr, above=0)
+    try:
+        real("answer", answer, above=0)
+    except ValueError:  # not a learning rate at all: wrong, and no need to run DDP to say so
+        return verdict(False, "the answer is a learning rate: a positive number")
     distributed = launch(_summed_ddp, world_size, args=(5, lr))[0]
     single = ddp.train(steps=5, batch_size=16 * world_size, lr=answer, ddp=False, reduction="sum")["model"]
     same = all(torch.allclose(distributed[k], single[k], rtol=1e-4, atol=1e-6) for k in single)
