@@ -34,7 +34,8 @@ def largest_base_lr(k: int, answer: float, base_batch: int = 4) -> bool:
     """Largest lr₀ such that lr = k·lr₀ at batch k·base_batch keeps lesson 06's noisy quadratic stable.
 
     One-sided: the answer must be stable (not above the edge) and within 1 % below it, so the
-    noise-free guess 2/(k·λ_max), which ignores the gradient noise, is rejected.
+    noise-free guess 1/(k·λ_max) (the loss's Hessian is 2Λ), which ignores the gradient noise, is
+    rejected. Round down: a value rounded up past the edge diverges.
     """
     whole("k", k)
     whole("base_batch", base_batch)
@@ -43,4 +44,4 @@ def largest_base_lr(k: int, answer: float, base_batch: int = 4) -> bool:
                           0.0, 2.0 / problem.curvatures.max().item()) / k
     ok = isinstance(answer, (int, float)) and not isinstance(answer, bool) and 0.99 * edge <= answer <= edge
     return verdict(ok, "the scaled learning rate must stay below the curvature limit, which the gradient noise "
-                       "lowers a little: above it the expected loss grows")
+                       "lowers a little: above it the expected loss grows (round down, not up)")
