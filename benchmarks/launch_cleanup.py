@@ -9,19 +9,14 @@ process is left. The guarantee (README): back within the timeout plus a few seco
 """
 
 import argparse
-import multiprocessing as mp
 import os
 import signal
 import statistics
-import sys
 import threading
 import time
-from pathlib import Path
 
 from dpedu import LaunchTimeoutError, launch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from processes import children_of  # noqa: E402
+from dpedu.failures import leftover_processes
 
 
 def hang() -> None:
@@ -38,8 +33,7 @@ def seconds_until_back(method: str, case: str) -> float:
             launch(hang, 4, timeout=120, start_method=method)
     except (LaunchTimeoutError, KeyboardInterrupt):
         elapsed = time.monotonic() - start
-    left = children_of(os.getpid()) if Path("/proc").exists() else []
-    if mp.active_children() or left:
+    if left := leftover_processes():
         raise SystemExit(f"{method}/{case}: processes left behind: {left}")
     return elapsed
 

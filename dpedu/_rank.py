@@ -96,13 +96,18 @@ def _die_with_parent(spec: RankSpec) -> None:
 
         PR_SET_PDEATHSIG = 1
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    try:  # the launcher died before prctl took effect?
-        launcher_gone = os.getppid() != spec.launcher_pid if spec.child_of_launcher else \
-            os.kill(spec.launcher_pid, 0)
-    except ProcessLookupError:
-        launcher_gone = True
-    if launcher_gone:
+    if not _launcher_alive(spec):  # it died before prctl took effect
         os._exit(1)
+
+
+def _launcher_alive(spec: RankSpec) -> bool:
+    if spec.child_of_launcher:  # reparented if it died
+        return os.getppid() == spec.launcher_pid
+    try:  # under forkserver our parent is the server: ask about the launcher itself
+        os.kill(spec.launcher_pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def _dump_stack_on_request(spec: RankSpec) -> None:

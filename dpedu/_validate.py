@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
+from torch import nn
 
 
 def whole(name: str, value: object, minimum: int = 1, maximum: int | None = None) -> int:
@@ -36,3 +38,20 @@ def tensor(name: str, value: object, dim: int | None = None) -> torch.Tensor:
     if dim is not None and value.dim() != dim:
         raise ValueError(f"{name} must be a {dim}-D tensor, got shape {tuple(value.shape)}")
     return value
+
+
+def training_problem(model: nn.Module, loss_fn: Callable, X: torch.Tensor, y: torch.Tensor) -> None:
+    """What ``loss_fn(model(X), y)`` needs: a module, a loss, and as many targets as rows in X, of the
+    parameters' dtype (else torch fails deep inside the forward)."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not callable(loss_fn):
+        raise TypeError(f"loss_fn must be callable, got {loss_fn!r}")
+    if not isinstance(X, torch.Tensor) or not isinstance(y, torch.Tensor):
+        raise TypeError(f"X and y must be tensors, got {type(X).__name__} and {type(y).__name__}")
+    if X.dim() == 0 or y.dim() == 0 or len(X) == 0 or len(X) != len(y):
+        raise ValueError(f"X and y must hold the same, non-zero number of examples (rows), got shapes "
+                         f"{tuple(X.shape)} and {tuple(y.shape)}")
+    weight = next(model.parameters(), None)
+    if weight is not None and X.is_floating_point() and X.dtype != weight.dtype:  # else torch fails deep inside
+        raise TypeError(f"X is {X.dtype} but model's parameters are {weight.dtype}: convert one of them")

@@ -12,12 +12,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-__all__ = ["ring_all_reduce", "ring_chunks"]
-
-
-def ring_chunks(numel: int, world_size: int) -> list[int]:
-    """The sizes of the ring's p chunks of a tensor of ``numel`` elements (``tensor_split``'s rule)."""
-    return [len(chunk) for chunk in torch.empty(numel, device="meta").tensor_split(world_size)]
+__all__ = ["ring_all_reduce"]
 
 
 def ring_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:

@@ -17,7 +17,7 @@ import torch.multiprocessing  # noqa: F401 - registers the reductions that share
 from torch import nn
 
 from dpedu._processes import InterruptGuard
-from dpedu._validate import real, whole
+from dpedu._validate import real, training_problem, whole
 from dpedu.start_methods import choose_start_method, context
 
 
@@ -40,12 +40,7 @@ def train(model: nn.Module, loss_fn: Callable, X: torch.Tensor, y: torch.Tensor,
     Raises ``RuntimeError`` if a worker fails and ``TimeoutError`` after ``timeout`` seconds; either
     way, and on Ctrl-C, every worker is stopped and reaped first.
     """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if not callable(loss_fn):
-        raise TypeError(f"loss_fn must be callable, got {type(loss_fn).__name__}")
-    if not isinstance(X, torch.Tensor) or not isinstance(y, torch.Tensor) or len(X) != len(y) or len(X) == 0:
-        raise ValueError("X and y must be non-empty tensors with one row per example each")
+    training_problem(model, loss_fn, X, y)
     for name, value in (("workers", workers), ("steps", steps)):
         whole(name, value)
     whole("batch_size", batch_size, maximum=len(X))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from dpedu._validate import real, whole
+from dpedu._validate import real, training_problem, whole
 
 
 @dataclass
@@ -56,24 +56,9 @@ def largest_difference(a: Mapping[str, torch.Tensor] | Iterable[torch.Tensor],
     return max((p.detach() - q.detach()).abs().max().item() for p, q in zip(a, b, strict=True))
 
 
-def _check_problem(model: nn.Module, loss_fn: Callable, X: torch.Tensor, y: torch.Tensor) -> None:
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if not callable(loss_fn):
-        raise TypeError(f"loss_fn must be callable, got {loss_fn!r}")
-    if not isinstance(X, torch.Tensor) or not isinstance(y, torch.Tensor):
-        raise TypeError(f"X and y must be tensors, got {type(X).__name__} and {type(y).__name__}")
-    if X.dim() == 0 or y.dim() == 0 or len(X) == 0 or len(X) != len(y):
-        raise ValueError(f"X and y must hold the same, non-zero number of examples (rows), got shapes "
-                         f"{tuple(X.shape)} and {tuple(y.shape)}")
-    weight = next(model.parameters(), None)
-    if weight is not None and X.is_floating_point() and X.dtype != weight.dtype:  # else torch fails deep inside
-        raise TypeError(f"X is {X.dtype} but model's parameters are {weight.dtype}: convert one of them")
-
-
 def full_loss(model: nn.Module, loss_fn: Callable, X: torch.Tensor, y: torch.Tensor) -> float:
     """The loss of ``model`` on all of (X, y), without recording gradients."""
-    _check_problem(model, loss_fn, X, y)
+    training_problem(model, loss_fn, X, y)
     with torch.no_grad():
         return loss_fn(model(X), y).item()
 
@@ -88,7 +73,7 @@ def train(model: nn.Module, loss_fn: Callable, X: torch.Tensor, y: torch.Tensor,
     rate rises linearly from ``lr / warmup_updates`` to ``lr`` over that many updates (gradual warmup,
     Goyal et al. 2017).
     """
-    _check_problem(model, loss_fn, X, y)
+    training_problem(model, loss_fn, X, y)
     n = len(X)
     whole("batch_size", batch_size, maximum=n)  # at most len(X): full-batch GD
     real("lr", lr, above=0)

@@ -1,8 +1,8 @@
-"""What /proc says about processes, for the tests that check nothing is left running (Linux only)."""
+"""What /proc says about one process, for the tests that check nothing is left running (Linux only).
+
+What a launch left behind, as a whole, is ``dpedu.failures.leftover_processes``."""
 
 from pathlib import Path
-
-from dpedu.failures import leftover_processes
 
 
 def state(pid: int) -> str | None:
@@ -15,11 +15,6 @@ def state(pid: int) -> str | None:
 
 def alive(pid: int) -> bool:
     return state(pid) not in (None, "Z")
-
-
-def children_of(pid: int) -> list[int]:
-    """Live descendants of ``pid``, multiprocessing's helpers left out (not what they start)."""
-    return leftover_processes(pid)
 
 
 def gone_within(pid: int, seconds: float = 5.0) -> bool:

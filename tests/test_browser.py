@@ -24,9 +24,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from processes import children_of
 
 from dpedu import free_port
+from dpedu.failures import leftover_processes
 
 playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright (requirements.txt)")
 
@@ -73,7 +73,7 @@ def lab(tmp_path_factory):
             time.sleep(0.2)
         yield url, token, work
     finally:  # kernels run in sessions of their own: stop them (and their ranks) by pid too
-        descendants = children_of(server.pid)
+        descendants = leftover_processes(server.pid)
         server.send_signal(signal.SIGTERM)
         try:
             server.wait(15)

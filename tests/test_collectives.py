@@ -5,7 +5,7 @@ import torch
 import torch.distributed as dist
 
 from dpedu import launch
-from dpedu.collectives import ring_all_reduce, ring_chunks
+from dpedu.collectives import ring_all_reduce
 
 SIZES = (1, 2, 3, 5, 1000, 1001)  # fewer elements than ranks, and sizes that do not divide evenly
 
@@ -39,10 +39,6 @@ def shaped_and_strided():
 def test_any_shape_and_a_non_contiguous_tensor_are_summed_in_place():
     results = launch(shaped_and_strided, 3)
     assert all(torch.equal(r, torch.arange(12.0).reshape(3, 4) * 6) for r in results)
-
-
-def test_chunks_are_tensor_splits():
-    assert ring_chunks(10, 4) == [3, 3, 2, 2] and ring_chunks(2, 4) == [1, 1, 0, 0]
 
 
 def test_bad_input_is_refused_by_name():

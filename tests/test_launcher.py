@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from processes import children_of, gone_within, state
+from processes import gone_within, state
 
 import dpedu
 from dpedu import LaunchTimeoutError, RankFailedError, free_port, launch
+from dpedu.failures import leftover_processes
 from dpedu.launcher import _default_backend
 
 # Every start method launch may use on Linux; the slower ones run the tests that matter for them.
@@ -31,7 +32,7 @@ def no_leftover_processes():
     yield
     assert mp.active_children() == []
     if Path("/proc").exists():
-        assert children_of(os.getpid()) == []
+        assert leftover_processes() == []
 
 
 def identify():
