@@ -5,6 +5,7 @@ Public API (stable names that notebooks and outside checks rely on):
 - ``RankFailedError``, ``LaunchTimeoutError``: what ``launch`` raises when a rank fails or hangs.
 - ``free_port``: a free local port for a rendezvous (lesson 03's torchrun cells).
 - ``ring_all_reduce``: all-reduce written from point-to-point messages, the ring (lesson 04).
+- ``MiniDDP``: DistributedDataParallel from scratch, gradient buckets overlapped with backward (lesson 04).
 - ``environment_report``: versions, cores, GPUs, distributed backends, and how ranks start here.
 - ``delayed_gd``: gradient descent with gradients a fixed number of steps stale (lesson 05).
 - ``simple_noise_scale``, ``two_batch_noise_scale``: the gradient noise scale B_simple (lesson 06).
@@ -12,20 +13,22 @@ Public API (stable names that notebooks and outside checks rely on):
 
 The lessons import the rest from the module of its concept, each readable in one sitting:
 ``launcher`` (``start_methods``, ``rendezvous``, ``failures``), ``commands`` (torchrun/mpirun from a cell),
-``collectives``, ``data_parallel``, ``ddp``, ``hogwild``, ``training``, ``least_squares``, ``staleness``,
-``noise_scale``, ``noisy_quadratic``, ``datasets``, ``models``, ``notebook``, ``plotting``, ``course``, ``diagrams``
-and ``exercises.lessonNN``. Their training loops share one convention: what is trained, then the
-loss and the data, then every setting by keyword.
+``collectives``, ``cost_model``, ``mini_ddp``, ``data_parallel``, ``ddp``, ``hogwild``, ``training``,
+``least_squares``, ``staleness``, ``noise_scale``, ``noisy_quadratic``, ``datasets``, ``models``, ``notebook``,
+``plotting``, ``course``, ``diagrams`` and ``exercises.lessonNN``. Their training loops share one convention:
+what is trained, then the loss and the data, then every setting by keyword.
 """
 
 from dpedu.collectives import ring_all_reduce
 from dpedu.environment import environment_report
 from dpedu.failures import LaunchTimeoutError, RankFailedError
 from dpedu.launcher import launch
+from dpedu.mini_ddp import MiniDDP
 from dpedu.noise_scale import simple_noise_scale, two_batch_noise_scale
 from dpedu.plotting import use_course_style
 from dpedu.rendezvous import free_port
 from dpedu.staleness import delayed_gd
 
-__all__ = ["launch", "RankFailedError", "LaunchTimeoutError", "free_port", "ring_all_reduce", "environment_report",
+__all__ = ["launch", "RankFailedError", "LaunchTimeoutError", "free_port", "ring_all_reduce", "MiniDDP",
+           "environment_report",
            "use_course_style", "delayed_gd", "simple_noise_scale", "two_batch_noise_scale"]

@@ -1,18 +1,124 @@
-"""All-reduce from point-to-point messages: the ring (Thakur, Rabenseifner & Gropp 2005).
+"""All-reduce from point-to-point messages, three ways, and a count of the bytes each rank sends.
 
-Split the tensor into p chunks. In p - 1 steps of **reduce-scatter**, every rank sends one chunk to
-its right neighbour and adds the chunk arriving from its left one; afterwards rank r holds the full
-sum of chunk r + 1. In p - 1 steps of **all-gather** the finished chunks travel once more around the
-ring, copied instead of added. Every rank sends 2(p - 1)/p of the tensor, whatever p: the traffic
-per rank stays flat as ranks are added, which is why NCCL and gloo use rings.
+Every rank holds a tensor of n elements; all-reduce leaves the sum on every rank. With p ranks:
+
+- ``naive_all_reduce``: everyone sends to rank 0, which adds and sends the sum back to everyone. Rank 0
+  sends (p - 1)·n: its link carries more with every rank added (a parameter server on one node).
+- ``sharded_server_all_reduce``: rank s serves the s-th of p chunks: it receives that chunk from
+  everyone, adds, and sends the sum back. Every rank sends 2(p - 1)/p·n, at once, to p - 1 peers.
+- ``ring_all_reduce`` (Thakur, Rabenseifner & Gropp 2005): in p - 1 steps of **reduce-scatter** every
+  rank sends one chunk to its right neighbour and adds the chunk arriving from its left one; rank r then
+  holds the full sum of chunk r + 1. In p - 1 steps of **all-gather** the finished chunks travel once
+  more around the ring, copied instead of added. Every rank sends 2(p - 1)/p·n, whatever p, and only to
+  its neighbour: the traffic per rank stays flat as ranks are added, which is why NCCL and gloo use rings.
+
+``bytes_sent()`` counts what this rank's calls of these functions send.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
 import torch
 import torch.distributed as dist
 
-__all__ = ["ring_all_reduce"]
+__all__ = ["ring_all_reduce", "naive_all_reduce", "sharded_server_all_reduce", "bytes_sent", "Sent"]
+
+
+@dataclass
+class Sent:
+    """What this rank sent inside a ``with bytes_sent() as sent:`` block."""
+
+    bytes: int = 0
+    messages: int = 0
+
+
+_counters: list[Sent] = []
+SEGMENT_BYTES = 2**20  # the ring's pipelining unit: large enough that a message's latency is small beside it
+
+
+@contextmanager
+def bytes_sent() -> Iterator[Sent]:
+    """Count the bytes and messages this rank's all-reduces of this module send inside the block."""
+    sent = Sent()
+    _counters.append(sent)
+    try:
+        yield sent
+    finally:
+        _counters.remove(sent)
+
+
+def _isend(tensor: torch.Tensor, to: int, group: dist.ProcessGroup | None) -> dist.Work:
+    for sent in _counters:
+        sent.bytes += tensor.numel() * tensor.element_size()
+        sent.messages += 1
+    return dist.isend(tensor, _global(group, to), group=group)
+
+
+def _irecv(tensor: torch.Tensor, source: int, group: dist.ProcessGroup | None) -> dist.Work:
+    return dist.irecv(tensor, _global(group, source), group=group)
+
+
+def _wait(requests: list[dist.Work]) -> None:
+    for request in requests:
+        request.wait()
+
+
+def _flat(tensor: object, name: str = "tensor") -> torch.Tensor:
+    """``tensor`` as a 1-D view (a copy if it is not contiguous: write it back with ``_write_back``)."""
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError("these all-reduces need a process group: run them inside dpedu.launch or torchrun")
+    return tensor.view(-1) if tensor.is_contiguous() else tensor.flatten()
+
+
+def _write_back(flat: torch.Tensor, tensor: torch.Tensor) -> torch.Tensor:
+    if flat.data_ptr() != tensor.data_ptr():
+        tensor.copy_(flat.view_as(tensor))
+    return tensor
+
+
+def naive_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
+    """Sum ``tensor`` in place over the ranks through rank 0: all send to it, it sends the sum to all."""
+    flat = _flat(tensor)
+    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    if world == 1 or flat.numel() == 0:
+        return tensor
+    if rank == 0:
+        arriving = [torch.empty_like(flat) for _ in range(world - 1)]
+        _wait([_irecv(buffer, source, group) for source, buffer in enumerate(arriving, start=1)])
+        for buffer in arriving:
+            flat += buffer
+        _wait([_isend(flat, to, group) for to in range(1, world)])
+    else:
+        _isend(flat, 0, group).wait()
+        _irecv(flat, 0, group).wait()
+    return _write_back(flat, tensor)
+
+
+def sharded_server_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
+    """Sum ``tensor`` in place over the ranks; rank s adds up the s-th chunk and sends it to all."""
+    flat = _flat(tensor)
+    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    if world == 1 or flat.numel() == 0:
+        return tensor
+    chunks = flat.tensor_split(world)
+    mine, others = chunks[rank], [r for r in range(world) if r != rank]
+    arriving = {source: torch.empty_like(mine) for source in others}
+    if mine.numel():  # push: chunk s to its server s; receive my chunk from everyone
+        _wait([_irecv(arriving[source], source, group) for source in others]
+              + [_isend(chunks[to], to, group) for to in others if chunks[to].numel()])
+        for source in others:
+            mine += arriving[source]
+    else:
+        _wait([_isend(chunks[to], to, group) for to in others if chunks[to].numel()])
+    # pull: my finished chunk to everyone; every other finished chunk from its server
+    _wait([_isend(mine, to, group) for to in others if mine.numel()]
+          + [_irecv(chunks[source], source, group) for source in others if chunks[source].numel()])
+    return _write_back(flat, tensor)
 
 
 def ring_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
@@ -22,40 +128,36 @@ def ring_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None
     Any shape and size, fewer elements than ranks included (empty chunks are not sent); with one rank
     the tensor comes back unchanged. Equal to ``dist.all_reduce`` up to float rounding: the sums are
     added in another order.
+
+    The 2(p - 1) steps are pipelined: what a rank finishes at one step is exactly what it sends at the
+    next, so each segment (about ``SEGMENT_BYTES``) of a chunk goes out as soon as it is added up, while
+    the rest of the chunk is still arriving. Sends never wait for receives: no step can deadlock.
     """
-    if not isinstance(tensor, torch.Tensor):
-        raise TypeError(f"tensor must be a torch.Tensor, got {type(tensor).__name__}")
-    if not dist.is_available() or not dist.is_initialized():
-        raise RuntimeError("ring_all_reduce needs a process group: run it inside dpedu.launch or torchrun")
+    flat = _flat(tensor)
     world, rank = dist.get_world_size(group), dist.get_rank(group)
-    if world == 1 or tensor.numel() == 0:
+    if world == 1 or flat.numel() == 0:
         return tensor
-    flat = tensor.view(-1) if tensor.is_contiguous() else tensor.flatten()  # flatten copies
-    chunks = list(flat.tensor_split(world))  # views into flat
-    right, left = _global(group, (rank + 1) % world), _global(group, (rank - 1) % world)
-    for step in range(world - 1):  # reduce-scatter: add what arrives
-        sending, arriving = (rank - step) % world, (rank - step - 1) % world
-        incoming = torch.empty_like(chunks[arriving])
-        _exchange(chunks[sending], right, incoming, left, group)
-        chunks[arriving] += incoming
-    for step in range(world - 1):  # all-gather: the finished chunks go round once more, copied
-        sending, arriving = (rank - step + 1) % world, (rank - step) % world
-        _exchange(chunks[sending], right, chunks[arriving], left, group)
-    if flat.data_ptr() != tensor.data_ptr():
-        tensor.copy_(flat.view_as(tensor))
-    return tensor
-
-
-def _exchange(send: torch.Tensor, to: int, receive: torch.Tensor, source: int, group) -> None:
-    """Send to the right and receive from the left at the same time: with blocking calls, every rank
-    would send first and wait for a receiver that is itself sending (lesson 04 shows the deadlock)."""
-    requests = []
-    if send.numel():
-        requests.append(dist.isend(send, to, group=group))
-    if receive.numel():
-        requests.append(dist.irecv(receive, source, group=group))
-    for request in requests:
-        request.wait()
+    chunks = flat.tensor_split(world)  # views into flat; chunk 0 is the longest
+    segments = max(1, min(64, chunks[0].numel() * flat.element_size() // SEGMENT_BYTES))
+    right, left, steps = (rank + 1) % world, (rank - 1) % world, 2 * (world - 1)
+    scratch = torch.empty_like(chunks[0]).tensor_split(segments)  # where reduce-scatter receives
+    sends = [_isend(piece, right, group) for piece in chunks[rank].tensor_split(segments) if piece.numel()]
+    for step in range(steps):  # steps < p - 1: reduce-scatter (add); then all-gather (copy)
+        finishing = chunks[(rank - step - 1) % world].tensor_split(segments)
+        adding = step < world - 1
+        receives = []
+        for piece, spare in zip(finishing, scratch, strict=True):
+            if piece.numel():
+                into = spare[:piece.numel()] if adding else piece
+                receives.append((_irecv(into, left, group), into, piece))
+        for request, into, piece in receives:
+            request.wait()
+            if adding:
+                piece += into
+            if step < steps - 1:  # finished here, so it is what the right neighbour needs next
+                sends.append(_isend(piece, right, group))
+    _wait(sends)
+    return _write_back(flat, tensor)
 
 
 def _global(group: dist.ProcessGroup | None, rank: int) -> int:

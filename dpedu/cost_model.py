@@ -1,0 +1,58 @@
+"""The α-β model of communication time, fitted to measurements (lesson 04).
+
+Sending a message of n bytes costs a fixed **latency** α (setting up the transfer, crossing the
+software stack and the wire) plus n·β, where β is the inverse **bandwidth** (seconds per byte). A ring
+all-reduce over p ranks makes 2(p - 1) steps, each sending n/p bytes, so it takes
+
+    T(n) = 2(p - 1)·α + 2(p - 1)/p · n·β          (Thakur, Rabenseifner & Gropp 2005)
+
+(plus the time to add, which on CPUs goes into β). Small messages cost α, large ones n·β; the size
+where the two are equal, n½ = p·α/β, tells which regime a gradient bucket is in.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+__all__ = ["time_all_reduce", "fit_alpha_beta", "ring_time"]
+
+
+def time_all_reduce(sizes_in_bytes: Sequence[int], repeats: int = 5,
+                    reduce: Callable[[torch.Tensor], object] = dist.all_reduce) -> list[float]:
+    """On every rank: the median over ``repeats`` of ``reduce`` on a float32 tensor of each size, in
+    seconds, after one untimed warm-up call. Ranks start each call together (a barrier first)."""
+    medians = []
+    for nbytes in sizes_in_bytes:
+        tensor = torch.ones(max(1, nbytes // 4))
+        reduce(tensor)  # warm-up: first-use allocations and connections are not the model's
+        seconds = []
+        for _ in range(repeats):
+            dist.barrier()
+            start = time.perf_counter()
+            reduce(tensor)
+            seconds.append(time.perf_counter() - start)
+        medians.append(statistics.median(seconds))
+    return medians
+
+
+def fit_alpha_beta(sizes_in_bytes: Sequence[float], seconds: Sequence[float], world_size: int) -> tuple[float, float]:
+    """α (seconds) and β (seconds per byte) of a ring all-reduce over ``world_size`` ranks, by least squares
+    on the *relative* error of T(n), so that microsecond and 100-millisecond times weigh the same."""
+    n, t = np.asarray(sizes_in_bytes, dtype=float), np.asarray(seconds, dtype=float)
+    if n.shape != t.shape or n.size < 2 or (t <= 0).any() or world_size < 2:
+        raise ValueError("need at least two (size, positive time) pairs of equal length, and world_size >= 2")
+    steps = 2 * (world_size - 1)
+    design = np.stack([np.full_like(n, steps), steps / world_size * n], axis=1) / t[:, None]
+    (alpha, beta), *_ = np.linalg.lstsq(design, np.ones_like(t), rcond=None)
+    return float(alpha), float(beta)
+
+
+def ring_time(nbytes: float, alpha: float, beta: float, world_size: int) -> float:
+    """The α-β model's time for a ring all-reduce of ``nbytes`` over ``world_size`` ranks, in seconds."""
+    return 2 * (world_size - 1) * alpha + 2 * (world_size - 1) / world_size * nbytes * beta

@@ -1,0 +1,125 @@
+"""dpedu.MiniDDP and average_gradients against torch's DistributedDataParallel, on real gloo ranks."""
+
+import functools
+import math
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from dpedu import MiniDDP, launch
+from dpedu.mini_ddp import average_gradients
+
+
+def small_model(seed):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 3))
+
+
+def train(kind, bucket_cap_mb=25.0, steps=4, zero_to_none=True):
+    """Per step: two micro-batches accumulated, then SGD with momentum. Every rank starts from its own
+    seed, so the wrappers must make rank 0's weights everyone's."""
+    rank = dist.get_rank()
+    model = small_model(seed=rank)
+    if kind == "torch":
+        wrapped = DistributedDataParallel(model)
+    elif kind == "per parameter":
+        wrapped = model
+        for tensor in model.state_dict().values():
+            dist.broadcast(tensor, 0)
+    else:
+        wrapped = MiniDDP(model, bucket_cap_mb=bucket_cap_mb, overlap=kind == "overlap")
+    optimizer = torch.optim.SGD(wrapped.parameters(), lr=0.1, momentum=0.9)
+    generator = torch.Generator().manual_seed(100 + rank)
+    gradients = []
+    for _ in range(steps):
+        optimizer.zero_grad(set_to_none=zero_to_none)
+        for _ in range(2):
+            X, y = torch.randn(8 + rank, 20, generator=generator), torch.randint(0, 3, (8 + rank,), generator=generator)
+            nn.functional.cross_entropy(wrapped(X), y).backward()
+            if kind == "per parameter":
+                average_gradients(model)
+        gradients.append([p.grad.clone() for p in model.parameters()])
+        optimizer.step()
+    return gradients, [p.detach().clone() for p in model.parameters()]
+
+
+@functools.cache
+def torch_ddp(world_size, zero_to_none=True):
+    return launch(train, world_size, args=("torch", 25.0, 4, zero_to_none))
+
+
+def close(a, b):
+    return all(torch.allclose(x, y, rtol=1e-5, atol=1e-7) for x, y in zip(a, b, strict=True))
+
+
+@pytest.mark.parametrize(("world_size", "kind", "bucket_cap_mb"), [
+    (2, "overlap", 25.0), (2, "overlap", 0.005), (2, "no overlap", 0.005), (2, "per parameter", None),
+    (3, "overlap", 0.005), (3, "per parameter", None)])
+def test_gradients_and_parameters_equal_torch_ddp_after_several_steps(world_size, kind, bucket_cap_mb):
+    reference = torch_ddp(world_size)
+    mine = launch(train, world_size, args=(kind, bucket_cap_mb or 25.0))
+    for (ddp_grads, ddp_params), (grads, params) in zip(reference, mine, strict=True):
+        assert all(close(a, b) for a, b in zip(ddp_grads, grads, strict=True))
+        assert close(ddp_params, params)
+
+
+def test_gradients_kept_in_place_by_zero_grad_are_averaged_the_same():
+    reference = torch_ddp(2, zero_to_none=False)
+    mine = launch(train, 2, args=("overlap", 0.005, 4, False))
+    assert all(close(a[1], b[1]) for a, b in zip(reference, mine, strict=True))
+
+
+def buckets_and_broadcast():
+    model = small_model(seed=dist.get_rank())
+    model.register_buffer("counter", torch.tensor([float(dist.get_rank())]))
+    model[0].bias.requires_grad_(False)
+    wrapped = MiniDDP(model, bucket_cap_mb=64 * 64 * 4 / 2**20)  # exactly the middle weight
+    names = {p: n for n, p in model.named_parameters()}
+    X = torch.randn(4, 20)
+    wrapped(X).sum().backward()
+    return ([[names[p] for p in b.parameters] for b in wrapped.buckets], model.state_dict(),
+            model[0].bias.grad, wrapped.bucket_times)
+
+
+def test_buckets_fill_in_reverse_order_skip_frozen_parameters_and_start_from_rank_0():
+    (buckets, state0, frozen_grad, times), (_, state1, *_) = launch(buckets_and_broadcast, 2)
+    assert buckets == [["4.bias", "4.weight", "2.bias"], ["2.weight"], ["0.weight"]]
+    assert all(torch.equal(state0[k], state1[k]) for k in state0)  # parameters and buffers are rank 0's
+    assert frozen_grad is None
+    assert all(t["ready"] <= t["launched"] <= t["done"] for t in times)  # measured, in order
+
+
+def unused_parameter():
+    model = small_model(seed=0)
+    wrapped = MiniDDP(model, bucket_cap_mb=0.005)
+    out = model[0](torch.ones(2, 20)) if dist.get_rank() == 0 else wrapped(torch.ones(2, 20))
+    out.sum().backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def test_a_parameter_without_gradient_on_one_rank_counts_as_zero_and_nothing_hangs():
+    grads0, grads1 = launch(unused_parameter, 2, timeout=30)
+    assert all(torch.equal(a, b) for a, b in zip(grads0, grads1, strict=True))
+    assert torch.equal(grads0[-1], torch.full((3,), 1.0))  # d(sum)/d(bias) = 2 rows on rank 1, 0 on rank 0
+
+
+def bad_arguments():
+    errors = []
+    for args in (("not a module",), (nn.Linear(2, 2), 0), (nn.Linear(2, 2), -1.0), (nn.Linear(2, 2), math.nan),
+                 (nn.Linear(2, 2), True)):
+        try:
+            MiniDDP(*args)
+        except (TypeError, ValueError) as error:
+            errors.append(f"{type(error).__name__}: {error}")
+    return errors
+
+
+def test_bad_arguments_are_refused_by_name():
+    errors = launch(bad_arguments, 1)[0]
+    assert errors[0].startswith("TypeError: module must be a torch.nn.Module")
+    assert all(e.startswith("ValueError: bucket_cap_mb must be a finite number > 0") for e in errors[1:])
+    with pytest.raises(RuntimeError, match="needs a process group"):
+        MiniDDP(nn.Linear(2, 2))
