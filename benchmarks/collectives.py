@@ -1,53 +1,60 @@
-"""The ring all-reduce written from isend/irecv against torch's own dist.all_reduce, same run.
+"""Lesson 04's from-scratch communication against torch's own, both measured in the same run.
 
-    .venv/bin/python benchmarks/collectives.py [--repeats 7] [--world-sizes 2 4]
+    .venv/bin/python benchmarks/collectives.py [--repeats 11] [--world-sizes 2 4] [--steps 30] [--skip-ddp]
 
-For each world size and message size it prints the median over repeats of each one's time and
-its algorithmic bandwidth (message bytes / time), and the ratio ring / torch.
-Target (lesson 04's issue): ring >= 0.95x gloo's bandwidth at 16 MB with 2 ranks.
+1. All-reduce: the ring written from isend/irecv (dpedu.ring_all_reduce) against dist.all_reduce
+   (gloo), for 1 KB to 64 MB: the median time over repeats of each, its algorithmic bandwidth (message
+   bytes / time) and the ratio ring / torch. Target: ring >= 0.95x gloo's bandwidth at 16 MB, 2 ranks.
+2. DDP step time on a 4.5 M-parameter MLP, 2 ranks: per-parameter all-reduce, MiniDDP's buckets without
+   and with overlap, and torch's DistributedDataParallel with the same bucket size, each the median of
+   ``--steps`` steps, as a ratio to torch DDP. Target: buckets + overlap <= 1.05x torch DDP.
 """
 
 import argparse
-import statistics
-import time
 
 import torch
-import torch.distributed as dist
 
 from dpedu import launch
 from dpedu.collectives import ring_all_reduce
+from dpedu.cost_model import time_all_reduce
+from dpedu.ddp_timing import VERSIONS, step_times
 
-SIZES_MB = (0.001, 0.064, 1, 4, 16, 64)
+SIZES = (2**10, 2**16, 2**20, 2**22, 2**24, 2**26)  # bytes: 1 KB to 64 MB
 
 
-def timings(repeats: int) -> dict[float, tuple[float, float]]:
-    medians = {}
-    for megabytes in SIZES_MB:
-        tensor = torch.ones(max(1, int(megabytes * 2**20 / 4)))
-        ring, gloo = [], []
-        for _ in range(repeats):
-            for reduce, times in ((ring_all_reduce, ring), (dist.all_reduce, gloo)):
-                dist.barrier()
-                start = time.perf_counter()
-                reduce(tensor)
-                times.append(time.perf_counter() - start)
-        medians[megabytes] = (statistics.median(ring), statistics.median(gloo))
-    return medians
+def both_all_reduces(repeats: int) -> list[tuple[float, float]]:
+    """Ring and torch alternate size by size, so that a busy moment of the machine hits both."""
+    return [(time_all_reduce([n], repeats, ring_all_reduce)[0], time_all_reduce([n], repeats)[0]) for n in SIZES]
+
+
+def all_versions(steps: int, bucket_cap_mb: float) -> dict[str, float]:
+    return {version: step_times(version, steps=steps, bucket_cap_mb=bucket_cap_mb)["median"] for version in VERSIONS}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=11)
     parser.add_argument("--world-sizes", nargs="+", type=int, default=[2, 4])
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--skip-ddp", action="store_true")
     options = parser.parse_args()
-    print(f"{'ranks':>5} {'size (MB)':>9} {'ring (ms)':>10} {'torch (ms)':>10} {'ring GB/s':>9} {'torch GB/s':>10} "
-          f"{'ratio':>6}   median of {options.repeats}")
+    print(f"torch {torch.__version__}, gloo; all-reduce: median of {options.repeats}")
+    print(f"{'ranks':>5} {'size':>7} {'ring (ms)':>10} {'torch (ms)':>10} {'ring GB/s':>9} {'torch GB/s':>10} "
+          f"{'ring/torch':>10}")
     for world_size in options.world_sizes:
-        medians = launch(timings, world_size, args=(options.repeats,), timeout=600)[0]
-        for megabytes, (ring, gloo) in medians.items():
-            size = max(4, int(megabytes * 2**20 / 4) * 4) / 1e9
-            print(f"{world_size:>5} {megabytes:>9g} {ring * 1e3:>10.3f} {gloo * 1e3:>10.3f} {size / ring:>9.2f} "
-                  f"{size / gloo:>10.2f} {gloo / ring:>6.2f}", flush=True)
+        medians = launch(both_all_reduces, world_size, args=(options.repeats,), timeout=600)[0]
+        for nbytes, (ring, gloo) in zip(SIZES, medians, strict=True):
+            size = f"{nbytes // 2**20} MB" if nbytes >= 2**20 else f"{nbytes // 2**10} KB"
+            print(f"{world_size:>5} {size:>7} {ring * 1e3:>10.3f} {gloo * 1e3:>10.3f} {nbytes / ring / 1e9:>9.2f} "
+                  f"{nbytes / gloo / 1e9:>10.2f} {gloo / ring:>10.2f}", flush=True)
+    if options.skip_ddp:
+        return
+    print(f"\nDDP step time, 2 ranks, 4.5 M parameters, median of {options.steps} steps (ratio to torch DDP)")
+    for bucket_cap_mb in (25.0, 5.0):
+        medians = launch(all_versions, 2, args=(options.steps, bucket_cap_mb), timeout=600)[0]
+        print(f"  bucket_cap_mb={bucket_cap_mb:g}: " + ", ".join(
+            f"{version} {seconds * 1e3:.1f} ms ({seconds / medians['torch DDP']:.2f}x)"
+            for version, seconds in medians.items()), flush=True)
 
 
 if __name__ == "__main__":
