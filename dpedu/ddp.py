@@ -51,7 +51,7 @@ def digits_loader(batch_size: int, *, seed: int = 0, num_replicas: int | None = 
 
 def train(*, steps: int, batch_size: int, lr: float, ddp: bool = True, reduction: str = "mean",
           accumulation: int = 1, no_sync: bool = True, optimizer: str = "sgd", seed: int = 0, start_step: int = 0,
-          state: dict[str, Any] | None = None, comm_hook: Callable | None = None,
+          state: dict[str, Any] | None = None, comm_hook: Callable | None = None, comm_state: object = None,
           device: str | torch.device = "cpu") -> dict[str, Any]:
     """Train the digits MLP for ``steps`` optimizer steps of ``batch_size`` examples per rank.
 
@@ -84,7 +84,7 @@ def train(*, steps: int, batch_size: int, lr: float, ddp: bool = True, reduction
     if ddp:  # wrapping broadcasts rank 0's parameters and buffers to every rank
         model = DDP(model, device_ids=[device] if torch.device(device).type == "cuda" else None)
         if comm_hook is not None:
-            model.register_comm_hook(None, comm_hook)
+            model.register_comm_hook(comm_state, comm_hook)
     parameters = model.parameters()
     opt = torch.optim.SGD(parameters, lr=lr) if optimizer == "sgd" else torch.optim.Adam(parameters, lr=lr)
     if state is not None:
