@@ -85,7 +85,16 @@ class MiniDDP(nn.Module):
                     lambda parameter, index=index, position=position: self._gradient_ready(index, position))
 
     def forward(self, *args, **kwargs):
+        if self._finishing:  # the last backward never reached its end (it raised): start clean
+            self._reset()
         return self.module(*args, **kwargs)
+
+    def _reset(self) -> None:
+        for bucket in self.buckets:
+            if bucket.done is not None and not bucket.done.done():
+                bucket.done.wait()  # an all-reduce still writing into the bucket: let it finish first
+            bucket.done, bucket.ready = None, set()
+        self._next_bucket, self._finishing = 0, False
 
     @property
     def bucket_times(self) -> list[dict[str, float]]:
@@ -136,8 +145,7 @@ class MiniDDP(nn.Module):
         self._launch_ready_buckets()
         for bucket in self.buckets:
             bucket.done.wait()
-            bucket.done, bucket.ready = None, set()
-        self._next_bucket, self._finishing = 0, False
+        self._reset()
 
 
 def _buckets(parameters: list[nn.Parameter], cap_bytes: float) -> list[_Bucket]:

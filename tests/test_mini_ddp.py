@@ -126,3 +126,46 @@ def test_bad_arguments_are_refused_by_name():
     assert all(e.startswith("ValueError: bucket_cap_mb must be a finite number > 0") for e in errors[1:])
     with pytest.raises(RuntimeError, match="needs a process group"):
         MiniDDP(nn.Linear(2, 2))
+
+
+class FailsOnce(torch.autograd.Function):
+    armed = True
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        if FailsOnce.armed:
+            FailsOnce.armed = False
+            raise RuntimeError("backward failed half-way")
+        return grad
+
+
+def recovers_after_a_failed_backward():
+    torch.manual_seed(0)
+    first, second = nn.Linear(4, 8), nn.Linear(8, 2)
+    wrapped = MiniDDP(nn.Sequential(first, second), bucket_cap_mb=1e-4)  # one bucket per parameter
+
+    def loss(x):
+        return wrapped.module[1](FailsOnce.apply(wrapped.module[0](x))).pow(2).sum()
+
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(dist.get_rank()))
+    wrapped(x)  # forward through the wrapper, then a backward that dies after the second layer's buckets left
+    try:
+        loss(x).backward()
+    except RuntimeError as error:
+        assert "half-way" in str(error)
+    wrapped.zero_grad()
+    wrapped(x)
+    loss(x).backward()
+    mine = [p.grad.clone() for p in wrapped.parameters()]
+    local = torch.autograd.grad(loss(x), list(wrapped.parameters()))  # plain autograd: this rank's own gradients
+    for g in local:
+        dist.all_reduce(g)
+    return all(torch.allclose(m, g / dist.get_world_size(), atol=1e-6) for m, g in zip(mine, local, strict=True))
+
+
+def test_a_backward_that_raised_half_way_leaves_the_next_one_correct():
+    assert launch(recovers_after_a_failed_backward, 2, timeout=30) == [True, True]
