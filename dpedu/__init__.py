@@ -8,6 +8,7 @@ Public API (stable names that notebooks and outside checks rely on):
 - ``environment_report``: versions, cores, GPUs, distributed backends, and how ranks start here.
 - ``delayed_gd``: gradient descent with gradients a fixed number of steps stale (lesson 05).
 - ``simple_noise_scale``, ``two_batch_noise_scale``: the gradient noise scale B_simple (lesson 06).
+- ``SyncBatchNorm``: BatchNorm over the global batch of all ranks, written with all-reduce (lesson 07).
 - ``use_course_style``: the course's matplotlib style.
 
 The lessons import the rest from the module of its concept, each readable in one sitting:
@@ -26,6 +27,8 @@ from dpedu.noise_scale import simple_noise_scale, two_batch_noise_scale
 from dpedu.plotting import use_course_style
 from dpedu.rendezvous import free_port
 from dpedu.staleness import delayed_gd
+from dpedu.sync_batchnorm import SyncBatchNorm
 
 __all__ = ["launch", "RankFailedError", "LaunchTimeoutError", "free_port", "ring_all_reduce", "environment_report",
-           "use_course_style", "delayed_gd", "simple_noise_scale", "two_batch_noise_scale"]
+           "use_course_style", "delayed_gd", "simple_noise_scale", "two_batch_noise_scale",
+           "SyncBatchNorm"]
