@@ -14,9 +14,9 @@ Public API (stable names that notebooks and outside checks rely on):
 The lessons import the rest from the module of its concept, each readable in one sitting:
 ``launcher`` (``start_methods``, ``rendezvous``, ``failures``), ``commands`` (torchrun/mpirun from a cell),
 ``collectives``, ``data_parallel``, ``ddp``, ``hogwild``, ``training``, ``least_squares``, ``staleness``,
-``noise_scale``, ``noisy_quadratic``, ``datasets``, ``models``, ``notebook``, ``plotting``, ``course``, ``diagrams``
-and ``exercises.lessonNN``. Their training loops share one convention: what is trained, then the
-loss and the data, then every setting by keyword.
+``noise_scale``, ``noisy_quadratic``, ``datasets``, ``models``, ``notebook``, ``plotting``, ``course``, ``diagrams``,
+``sync_batchnorm``, ``batchnorm_across_ranks`` and ``exercises.lessonNN``. Their training loops share one
+convention: what is trained, then the loss and the data, then every setting by keyword.
 """
 
 from dpedu.collectives import ring_all_reduce
