@@ -22,7 +22,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-from dpedu._validate import real, whole
+from dpedu._validate import real, tensor, whole
 from dpedu.datasets import digits
 from dpedu.environment import gpu_count
 from dpedu.launcher import launch
@@ -56,6 +56,8 @@ def shift(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     Draws from torch's global random stream; returns the shifted images (flattened again) and each
     image's (down, right) shift.
     """
+    if tensor("x", x, dim=2).shape[1] != 64:
+        raise ValueError(f"x must hold 8x8 digits as rows of 64 features, got shape {tuple(x.shape)}")
     padded = F.pad(x.view(-1, 1, 8, 8), (1, 1, 1, 1))
     offsets = torch.randint(0, 3, (len(x), 2))
     moved = [image[:, 2 - i:10 - i, 2 - j:10 - j] for image, (i, j) in zip(padded, offsets.tolist(), strict=True)]
@@ -135,13 +137,9 @@ def running_statistics(model: nn.Module) -> torch.Tensor:
 
 
 def evaluate(state: dict[str, torch.Tensor]) -> tuple[float, int]:
-    """In eval mode, where BatchNorm uses its running statistics: the training set's mean loss, and how
-    many of the 360 test digits are classified right.
-
-    Loads into a model with plain ``nn.BatchNorm2d``: a ``SyncBatchNorm`` state dict fits it too. (No test
-    loss: four test digits have a pixel that is blank in every training digit, and standardising blows
-    it up to 1e6, which dominates any mean over the test set.)
-    """
+    """In eval mode (BatchNorm uses its running statistics): the training set's mean loss, and how many
+    of the 360 test digits come out right. A ``SyncBatchNorm`` state dict loads too: the same names.
+    (No test loss: four test digits have a pixel blank in all training digits, standardised to 1e6.)"""
     model = convnet("batch")
     model.load_state_dict(state)
     model.eval()
@@ -153,15 +151,17 @@ def evaluate(state: dict[str, torch.Tensor]) -> tuple[float, int]:
 
 
 def gradient_gap(per_rank_batch_sizes: list[int], norm: str = "batch", batches: int = 4) -> list[float]:
-    """Run inside ranks: for each per-rank batch size b, how far is the data-parallel gradient from the
-    gradient of one process on the same N·b examples with plain BatchNorm? Relative norm of the
-    difference, averaged over ``batches`` consecutive global batches, at the initial weights.
-
-    The data-parallel gradient is what DDP computes, the mean of the ranks' gradients; here one
-    all-reduce at the end makes it for every batch at once, instead of one per backward.
-    """
+    """Run inside ranks: for each per-rank batch size b, how far is the data-parallel gradient from one
+    process's on the same N·b examples with plain BatchNorm (relative norm of the difference, mean
+    over ``batches`` global batches, at the initial weights)? The data-parallel gradient is DDP's, the
+    mean of the ranks' gradients: one all-reduce at the end makes it for all batches at once."""
+    _batch_sizes("per_rank_batch_sizes", per_rank_batch_sizes, minimum_length=1)
+    whole("batches", batches)
     rank, world_size = dist.get_rank(), dist.get_world_size()
     data = digits()
+    if world_size * max(per_rank_batch_sizes) * batches > len(data.X_train):
+        raise ValueError(f"{batches} batches of {world_size} x {max(per_rank_batch_sizes)} examples need more than "
+                         f"the {len(data.X_train)} training digits: ask for fewer or smaller batches")
     model, reference = convnet(norm), convnet("batch")  # the same initial weights; no step is taken
     ours, theirs = [], []
     for b in per_rank_batch_sizes:
@@ -190,6 +190,7 @@ def batchnorm_step(batch_sizes: list[int], kind: str = "dpedu", device: str = "c
     """
     if kind not in ("dpedu", "torch", "plain"):
         raise ValueError(f"kind must be 'dpedu', 'torch' or 'plain', got {kind!r}")
+    _batch_sizes("batch_sizes", batch_sizes, minimum_length=1)
     distributed = dist.is_initialized()
     rank, world_size = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
     generator = torch.Generator().manual_seed(7)
@@ -221,13 +222,17 @@ def sync_batchnorm_on_this_machine(batch_sizes: list[int]) -> tuple[str, list[di
     """``batchnorm_step`` on one rank per entry of ``batch_sizes``, with ``nn.SyncBatchNorm`` over nccl
     when there is a GPU per rank, else with ``dpedu.SyncBatchNorm`` over gloo. Returns the kind used
     and the ranks' results."""
-    if not isinstance(batch_sizes, list) or len(batch_sizes) < 2:
-        raise ValueError(f"batch_sizes must list a batch size for each of 2 or more ranks, got {batch_sizes!r}")
-    for size in batch_sizes:
-        whole("batch_sizes[i]", size)
+    _batch_sizes("batch_sizes", batch_sizes, minimum_length=2)
     if gpu_count() >= len(batch_sizes):
         return "torch", launch(_on_gpu, len(batch_sizes), args=(batch_sizes,), backend="nccl")
     return "dpedu", launch(batchnorm_step, len(batch_sizes), args=(batch_sizes,))
+
+
+def _batch_sizes(name: str, sizes: object, minimum_length: int) -> None:
+    if not isinstance(sizes, list) or len(sizes) < minimum_length:
+        raise ValueError(f"{name} must be a list of at least {minimum_length} batch sizes, got {sizes!r}")
+    for size in sizes:
+        whole(f"each of {name}", size)
 
 
 def _on_gpu(batch_sizes: list[int]) -> dict[str, torch.Tensor]:

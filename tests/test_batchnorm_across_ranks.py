@@ -141,8 +141,19 @@ def test_ddp_buffer_option_is_named_as_this_torch_names_it():
     (lambda: bar.batchnorm_step([1, 2], "fused"), ValueError, "kind"),
     (lambda: bar.sync_batchnorm_on_this_machine([4]), ValueError, "batch_sizes"),
     (lambda: bar.sync_batchnorm_on_this_machine([4, 0]), ValueError, "batch_sizes"),
+    (lambda: bar.batchnorm_step([2, 1.5]), ValueError, "each of batch_sizes"),
+    (lambda: bar.shift(torch.zeros(3, 8, 8)), ValueError, "x must be a 2-D tensor"),
+    (lambda: bar.shift(torch.zeros(3, 63)), ValueError, "x must hold 8x8 digits"),
+    (lambda: bar.shift([0.0] * 64), TypeError, "x must be a torch.Tensor"),
 ])
 def test_bad_arguments_are_refused_by_name(call, error, name):
     assert not dist.is_initialized()
     with pytest.raises(error, match=name):
         call()
+
+
+def test_gradient_gap_refuses_more_data_than_there_is():
+    with pytest.raises(Exception, match="need more than the 1438 training digits"):
+        launch(bar.gradient_gap, 2, args=([1000],))
+    with pytest.raises(Exception, match="per_rank_batch_sizes must be a list"):
+        launch(bar.gradient_gap, 2, args=(16,))
