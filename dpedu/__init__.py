@@ -9,14 +9,16 @@ Public API (stable names that notebooks and outside checks rely on):
 - ``environment_report``: versions, cores, GPUs, distributed backends, and how ranks start here.
 - ``delayed_gd``: gradient descent with gradients a fixed number of steps stale (lesson 05).
 - ``simple_noise_scale``, ``two_batch_noise_scale``: the gradient noise scale B_simple (lesson 06).
+- ``SyncBatchNorm``: BatchNorm over the global batch of all ranks, written with all-reduce (lesson 07).
 - ``use_course_style``: the course's matplotlib style.
 
 The lessons import the rest from the module of its concept, each readable in one sitting:
 ``launcher`` (``start_methods``, ``rendezvous``, ``failures``), ``commands`` (torchrun/mpirun from a cell),
-``collectives``, ``cost_model``, ``mini_ddp``, ``data_parallel``, ``ddp``, ``hogwild``, ``training``,
-``least_squares``, ``staleness``, ``noise_scale``, ``noisy_quadratic``, ``datasets``, ``models``, ``notebook``,
-``plotting``, ``course``, ``diagrams`` and ``exercises.lessonNN``. Their training loops share one convention:
-what is trained, then the loss and the data, then every setting by keyword.
+``collectives``, ``cost_model``, ``mini_ddp``, ``ddp_timing``, ``compression``, ``data_parallel``, ``ddp``,
+``hogwild``, ``training``, ``least_squares``, ``staleness``, ``noise_scale``, ``noisy_quadratic``, ``datasets``,
+``models``, ``notebook``, ``plotting``, ``course``, ``diagrams``, ``sync_batchnorm``, ``batchnorm_across_ranks``
+and ``exercises.lessonNN``. Their training loops share one convention: what is trained, then the loss and
+the data, then every setting by keyword.
 """
 
 from dpedu.collectives import ring_all_reduce
@@ -28,7 +30,8 @@ from dpedu.noise_scale import simple_noise_scale, two_batch_noise_scale
 from dpedu.plotting import use_course_style
 from dpedu.rendezvous import free_port
 from dpedu.staleness import delayed_gd
+from dpedu.sync_batchnorm import SyncBatchNorm
 
 __all__ = ["launch", "RankFailedError", "LaunchTimeoutError", "free_port", "ring_all_reduce", "MiniDDP",
-           "environment_report",
-           "use_course_style", "delayed_gd", "simple_noise_scale", "two_batch_noise_scale"]
+           "environment_report", "use_course_style", "delayed_gd", "simple_noise_scale", "two_batch_noise_scale",
+           "SyncBatchNorm"]

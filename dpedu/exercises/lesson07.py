@@ -1,0 +1,85 @@
+"""Checks for lesson 07's exercises: each runs SyncBatchNorm, the sampler or dropout on real ranks."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils.data.distributed import DistributedSampler
+
+from dpedu._validate import whole
+from dpedu.exercises import verdict
+from dpedu.launcher import launch
+from dpedu.sync_batchnorm import SyncBatchNorm
+
+
+def _count_all_reduces(norm_layers: int) -> int:
+    calls = []
+    original = dist.all_reduce
+
+    def counted(tensor, *args, **kwargs):
+        calls.append(tensor.numel())
+        return original(tensor, *args, **kwargs)
+
+    dist.all_reduce = counted  # only in this rank's process, which ends after the check
+    torch.manual_seed(0)
+    layers = [m for _ in range(norm_layers) for m in (nn.Linear(4, 4), SyncBatchNorm(4))]
+    nn.Sequential(*layers)(torch.randn(3, 4)).sum().backward()
+    dist.all_reduce = original
+    return len(calls)
+
+
+def allreduces_per_step(norm_layers: int, answer: int) -> bool:
+    """How many all-reduces does one training step (forward and backward) of ``norm_layers`` pairs of
+    Linear + ``dpedu.SyncBatchNorm`` make, DDP's gradient all-reduce left aside?"""
+    whole("norm_layers", norm_layers, maximum=8)
+    truth = launch(_count_all_reduces, 2, args=(norm_layers,))[0]
+    return verdict(answer == truth, "count per layer: the statistics in forward, and the two gradient sums in "
+                                    "backward (packed, each in one tensor)")
+
+
+def _shards_and_masks(what: str, shared: bool) -> list[int]:
+    seed = 0 if shared else dist.get_rank()
+    if what == "sampler":
+        return list(DistributedSampler(range(20), shuffle=True, seed=seed))
+    torch.manual_seed(seed)
+    return (nn.functional.dropout(torch.ones(16), 0.5) != 0).int().tolist()
+
+
+def must_share_seed(what: str, answer: bool) -> bool:
+    """Must the seed of ``what`` ("sampler" or "dropout") be the same on every rank?"""
+    if what not in ("sampler", "dropout"):
+        raise ValueError(f"what must be 'sampler' or 'dropout', got {what!r}")
+    if not isinstance(answer, bool):
+        raise TypeError(f"answer must be True or False, got {answer!r}")
+    if what == "sampler":  # per-rank seeds break it when the shards stop being disjoint and complete
+        shards = launch(_shards_and_masks, 2, args=(what, False))
+        truth = sorted(shards[0] + shards[1]) != list(range(20))
+    else:  # a shared seed breaks it when every rank draws the same masks
+        masks = launch(_shards_and_masks, 2, args=(what, True))
+        truth = masks[0] != masks[1]
+    return verdict(answer == truth, "try both on two ranks: which choice makes the ranks repeat or miss work?")
+
+
+def _running_var(batch_sizes: list[int], spatial: int) -> tuple[float, float]:
+    generator = torch.Generator().manual_seed(3)
+    everything = torch.randn(sum(batch_sizes), 1, spatial, generator=generator)
+    start = sum(batch_sizes[:dist.get_rank()])
+    layer = SyncBatchNorm(1, momentum=1.0)  # the running variance becomes this batch's, unbiased
+    layer(everything[start:start + batch_sizes[dist.get_rank()]])
+    return layer.running_var.item(), everything.var(unbiased=False).item()
+
+
+def unbiased_count(batch_sizes: list[int], spatial: int, answer: int) -> bool:
+    """Ranks hold ``batch_sizes`` samples of shape (1, ``spatial``): the running variance is the batch
+    variance times n/(n - 1). What is n?"""
+    if not isinstance(batch_sizes, list) or not 2 <= len(batch_sizes) <= 4:
+        raise ValueError(f"batch_sizes must list one batch size for each of 2 to 4 ranks, got {batch_sizes!r}")
+    for size in batch_sizes:
+        whole("batch_sizes[i]", size, maximum=64)
+    whole("spatial", spatial, maximum=64)
+    if isinstance(answer, bool) or not isinstance(answer, int) or answer < 2:
+        return verdict(False, "n counts values per channel over every rank: a whole number of at least 2")
+    running, biased = launch(_running_var, len(batch_sizes), args=(batch_sizes, spatial))[0]
+    return verdict(abs(running - biased * answer / (answer - 1)) <= 1e-5 * running,
+                   "count every value of the channel: samples on every rank times positions per sample")

@@ -1,0 +1,41 @@
+import pytest
+
+from dpedu.exercises import lesson07
+
+
+def test_allreduce_count_check_counts_two_per_layer():
+    assert lesson07.allreduces_per_step(3, 6)
+    assert not lesson07.allreduces_per_step(3, 3)
+
+
+def test_seed_check_tells_the_sampler_from_dropout():
+    assert lesson07.must_share_seed("sampler", True) and not lesson07.must_share_seed("sampler", False)
+    assert lesson07.must_share_seed("dropout", False) and not lesson07.must_share_seed("dropout", True)
+
+
+def test_unbiased_count_check_runs_sync_batchnorm():
+    assert lesson07.unbiased_count([3, 1], 5, 20)
+    assert not lesson07.unbiased_count([3, 1], 5, 15)  # one rank's count
+    assert not lesson07.unbiased_count([3, 1], 5, 4)  # the samples alone
+
+
+def test_unbiased_count_check_calls_what_is_not_a_count_wrong_before_launching(monkeypatch, capsys):
+    monkeypatch.setattr(lesson07, "launch", lambda *args, **kwargs: pytest.fail("launched for a hopeless answer"))
+    for answer in (1, 20.0, True, "20"):
+        assert not lesson07.unbiased_count([3, 1], 5, answer)
+    assert "whole number" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("call", "error", "name"), [
+    (lambda: lesson07.allreduces_per_step(0, 0), ValueError, "norm_layers"),
+    (lambda: lesson07.allreduces_per_step(100, 0), ValueError, "norm_layers must be an int from 1 to 8"),
+    (lambda: lesson07.must_share_seed("init", True), ValueError, "what"),
+    (lambda: lesson07.must_share_seed("sampler", "yes"), TypeError, "answer"),
+    (lambda: lesson07.unbiased_count([3], 5, 15), ValueError, "batch_sizes"),
+    (lambda: lesson07.unbiased_count([3, 0], 5, 15), ValueError, "batch_sizes"),
+    (lambda: lesson07.unbiased_count([3, 1], 0, 15), ValueError, "spatial"),
+    (lambda: lesson07.unbiased_count("3, 1", 5, 4), ValueError, "batch_sizes"),
+])
+def test_bad_arguments_are_refused_by_name(call, error, name):
+    with pytest.raises(error, match=name):
+        call()
