@@ -6,11 +6,12 @@ Every rank holds a tensor of n elements; all-reduce leaves the sum on every rank
   sends (p - 1)·n: its link carries more with every rank added (a parameter server on one node).
 - ``sharded_server_all_reduce``: rank s serves the s-th of p chunks: it receives that chunk from
   everyone, adds, and sends the sum back. Every rank sends 2(p - 1)/p·n, at once, to p - 1 peers.
-- ``ring_all_reduce`` (Thakur, Rabenseifner & Gropp 2005): in p - 1 steps of **reduce-scatter** every
+- ``ring_all_reduce`` (Patarasuk & Yuan 2009): in p - 1 steps of **reduce-scatter** every
   rank sends one chunk to its right neighbour and adds the chunk arriving from its left one; rank r then
   holds the full sum of chunk r + 1. In p - 1 steps of **all-gather** the finished chunks travel once
   more around the ring, copied instead of added. Every rank sends 2(p - 1)/p·n, whatever p, and only to
-  its neighbour: the traffic per rank stays flat as ranks are added, which is why NCCL and gloo use rings.
+  its neighbour: the traffic per rank stays flat as ranks are added, which is why gloo and NCCL (beside
+  its trees) use rings.
 
 ``bytes_sent()`` counts what this rank's calls of these functions send.
 """
@@ -75,6 +76,13 @@ def _flat(tensor: object, name: str = "tensor") -> torch.Tensor:
     return tensor.view(-1) if tensor.is_contiguous() else tensor.flatten()
 
 
+def _world_and_rank(group: dist.ProcessGroup | None) -> tuple[int, int]:
+    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    if world < 0:  # torch answers -1 on a rank outside the group
+        raise ValueError(f"this rank (global rank {dist.get_rank()}) is not in group: call it on its ranks only")
+    return world, rank
+
+
 def _write_back(flat: torch.Tensor, tensor: torch.Tensor) -> torch.Tensor:
     if flat.data_ptr() != tensor.data_ptr():
         tensor.copy_(flat.view_as(tensor))
@@ -84,7 +92,7 @@ def _write_back(flat: torch.Tensor, tensor: torch.Tensor) -> torch.Tensor:
 def naive_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
     """Sum ``tensor`` in place over the ranks through rank 0: all send to it, it sends the sum to all."""
     flat = _flat(tensor)
-    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    world, rank = _world_and_rank(group)
     if world == 1 or flat.numel() == 0:
         return tensor
     if rank == 0:
@@ -102,7 +110,7 @@ def naive_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = Non
 def sharded_server_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
     """Sum ``tensor`` in place over the ranks; rank s adds up the s-th chunk and sends it to all."""
     flat = _flat(tensor)
-    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    world, rank = _world_and_rank(group)
     if world == 1 or flat.numel() == 0:
         return tensor
     chunks = flat.tensor_split(world)
@@ -124,7 +132,7 @@ def sharded_server_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | N
 def ring_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
     """Sum ``tensor`` over the ranks of ``group`` (default: the whole world) in place and return it.
 
-    Uses ``isend``/``irecv`` only, so any backend that has them works (gloo, nccl for GPU tensors).
+    Uses ``isend``/``irecv`` only, so any backend that has them can run it (tested here with gloo).
     Any shape and size, fewer elements than ranks included (empty chunks are not sent); with one rank
     the tensor comes back unchanged. Equal to ``dist.all_reduce`` up to float rounding: the sums are
     added in another order.
@@ -134,7 +142,7 @@ def ring_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None
     the rest of the chunk is still arriving. Sends never wait for receives: no step can deadlock.
     """
     flat = _flat(tensor)
-    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    world, rank = _world_and_rank(group)
     if world == 1 or flat.numel() == 0:
         return tensor
     chunks = flat.tensor_split(world)  # views into flat; chunk 0 is the longest

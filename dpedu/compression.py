@@ -17,7 +17,7 @@ from unittest import mock
 import torch
 import torch.distributed as dist
 
-__all__ = ["bf16_allreduce_hook", "payload_bytes"]
+__all__ = ["bf16_allreduce_hook", "payload_bytes", "Payload"]
 
 
 def bf16_allreduce_hook(process_group, bucket):  # no annotations: DDP checks them, and here they would be strings
@@ -33,17 +33,38 @@ def bf16_allreduce_hook(process_group, bucket):  # no annotations: DDP checks th
     return future.then(decompress)
 
 
+class Payload:
+    """The bytes of every tensor handed to ``dist.all_reduce``, in order, and where each call of a hook
+    wrapped by ``counted`` began: what one DDP bucket cost, its follow-up all-reduces included (PowerSGD
+    sends Q only once P has arrived, from a callback that runs after the hook has returned)."""
+
+    def __init__(self):
+        self.sizes: list[int] = []
+        self.call_starts: list[int] = []
+
+    def counted(self, hook):
+        def counting_hook(state, bucket):  # no annotations: DDP checks them, and here they would be strings
+            self.call_starts.append(len(self.sizes))
+            return hook(state, bucket)
+        return counting_hook
+
+    def per_call(self) -> list[int]:
+        """Bytes all-reduced for each call of the counted hook (DDP calls it once per bucket and step)."""
+        bounds = [*self.call_starts, len(self.sizes)]
+        return [sum(self.sizes[start:end]) for start, end in zip(bounds, bounds[1:], strict=False)]
+
+
 @contextmanager
-def payload_bytes() -> Iterator[list[int]]:
+def payload_bytes() -> Iterator[Payload]:
     """Inside the block, record the bytes of every tensor this process hands to ``dist.all_reduce``
     (the hooks' payload; how many bytes then cross the wire is the all-reduce's business: a ring sends
     2(p - 1)/p of it per rank)."""
-    sizes: list[int] = []
+    payload = Payload()
     real_all_reduce = dist.all_reduce
 
     def counting(tensor, *args, **kwargs):
-        sizes.append(tensor.numel() * tensor.element_size())
+        payload.sizes.append(tensor.numel() * tensor.element_size())
         return real_all_reduce(tensor, *args, **kwargs)
 
     with mock.patch.object(dist, "all_reduce", counting):
-        yield sizes
+        yield payload

@@ -4,7 +4,10 @@ Sending a message of n bytes costs a fixed **latency** α (setting up the transf
 software stack and the wire) plus n·β, where β is the inverse **bandwidth** (seconds per byte). A ring
 all-reduce over p ranks makes 2(p - 1) steps, each sending n/p bytes, so it takes
 
-    T(n) = 2(p - 1)·α + 2(p - 1)/p · n·β          (Thakur, Rabenseifner & Gropp 2005)
+    T(n) = 2(p - 1)·α + 2(p - 1)/p · n·β
+
+(the α-β model as Thakur, Rabenseifner & Gropp 2005 use it for MPICH's collectives; the ring is
+Patarasuk & Yuan 2009)
 
 (plus the time to add, which on CPUs goes into β). Small messages cost α, large ones n·β; the size
 where the two are equal, n½ = p·α/β, tells which regime a gradient bucket is in.
@@ -20,19 +23,25 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from dpedu._validate import real, whole
+
 __all__ = ["time_all_reduce", "fit_alpha_beta", "ring_time"]
 
 
 def time_all_reduce(sizes_in_bytes: Sequence[int], repeats: int = 5,
                     reduce: Callable[[torch.Tensor], object] = dist.all_reduce) -> list[float]:
     """On every rank: the median over ``repeats`` of ``reduce`` on a float32 tensor of each size, in
-    seconds, after one untimed warm-up call. Ranks start each call together (a barrier first)."""
+    seconds, after one untimed pass over all sizes (first-use allocations and connections are not the
+    model's). Messages up to 1 MB, whose times are the noisiest, get three times the repeats. Ranks
+    start each call together (a barrier first)."""
+    whole("repeats", repeats)
+    tensors = [torch.ones(max(1, whole("size in sizes_in_bytes", n) // 4)) for n in sizes_in_bytes]
+    for tensor in tensors:
+        reduce(tensor)
     medians = []
-    for nbytes in sizes_in_bytes:
-        tensor = torch.ones(max(1, nbytes // 4))
-        reduce(tensor)  # warm-up: first-use allocations and connections are not the model's
+    for tensor in tensors:
         seconds = []
-        for _ in range(repeats):
+        for _ in range(3 * repeats if tensor.numel() * 4 <= 2**20 else repeats):
             dist.barrier()
             start = time.perf_counter()
             reduce(tensor)
@@ -45,8 +54,12 @@ def fit_alpha_beta(sizes_in_bytes: Sequence[float], seconds: Sequence[float], wo
     """α (seconds) and β (seconds per byte) of a ring all-reduce over ``world_size`` ranks, by least squares
     on the *relative* error of T(n), so that microsecond and 100-millisecond times weigh the same."""
     n, t = np.asarray(sizes_in_bytes, dtype=float), np.asarray(seconds, dtype=float)
-    if n.shape != t.shape or n.size < 2 or (t <= 0).any() or world_size < 2:
-        raise ValueError("need at least two (size, positive time) pairs of equal length, and world_size >= 2")
+    if n.ndim != 1 or n.shape != t.shape or n.size < 2:
+        raise ValueError(f"sizes_in_bytes and seconds must be two lists of the same length >= 2, got "
+                         f"{n.shape} and {t.shape}")
+    if not (np.isfinite(t).all() and (t > 0).all() and np.isfinite(n).all() and (n >= 0).all()):
+        raise ValueError("seconds must be positive and sizes_in_bytes non-negative, all finite")
+    whole("world_size", world_size, minimum=2)
     steps = 2 * (world_size - 1)
     design = np.stack([np.full_like(n, steps), steps / world_size * n], axis=1) / t[:, None]
     (alpha, beta), *_ = np.linalg.lstsq(design, np.ones_like(t), rcond=None)
@@ -55,4 +68,8 @@ def fit_alpha_beta(sizes_in_bytes: Sequence[float], seconds: Sequence[float], wo
 
 def ring_time(nbytes: float, alpha: float, beta: float, world_size: int) -> float:
     """The α-β model's time for a ring all-reduce of ``nbytes`` over ``world_size`` ranks, in seconds."""
+    real("nbytes", nbytes, at_least=0)
+    real("alpha", alpha, at_least=0)
+    real("beta", beta, at_least=0)
+    whole("world_size", world_size, minimum=2)
     return 2 * (world_size - 1) * alpha + 2 * (world_size - 1) / world_size * nbytes * beta

@@ -5,8 +5,10 @@ gradient, one message each, while nothing else happens. ``MiniDDP`` is what torc
 
 - at construction, every rank takes rank 0's parameters and buffers (one broadcast each);
 - the gradients live in a few flat **buckets** of at most ``bucket_cap_mb``, filled in reverse
-  registration order, roughly the order backward produces them; each parameter's ``.grad`` is a view
-  into its bucket, so no gradient is copied in or out once it is there;
+  registration order, roughly the order backward produces them (torch DDP also caps its first bucket
+  at 1 MB, to start communicating sooner); each parameter's ``.grad`` is a view into its bucket, so
+  nothing is copied out after the all-reduce (a fresh ``.grad``, after ``zero_grad()``'s default
+  ``set_to_none=True``, is copied in once, as torch DDP copies every gradient into its buckets);
 - a hook on every parameter (``register_post_accumulate_grad_hook``) counts the gradients that are
   ready; a bucket whose gradients are all ready starts its all-reduce **asynchronously**, and backward
   goes on computing the earlier layers' gradients while the bucket travels (``overlap=False`` holds
@@ -57,9 +59,10 @@ class MiniDDP(nn.Module):
     """Wraps ``module``; after ``loss.backward()`` every gradient holds its average over the ranks.
 
     Parameters with ``requires_grad=False`` are left out. A parameter that got no gradient on this rank
-    in a backward adds its ``.grad`` as it is (zero if None) to the average. ``bucket_times`` holds, per
-    bucket, when its gradients were all ready, when its all-reduce started and when it ended in the last
-    backward (perf_counter seconds), for the lesson's timeline.
+    in a backward adds its ``.grad`` as it is (zero if None) to the average; unlike torch DDP with
+    ``find_unused_parameters=True``, one unused on every rank ends with a zero ``.grad``, not None.
+    ``bucket_times`` holds, per bucket, when its gradients were all ready, when its all-reduce started
+    and when it ended in the last backward (perf_counter seconds), for the lesson's timeline.
     """
 
     def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0, *, overlap: bool = True):
@@ -73,6 +76,9 @@ class MiniDDP(nn.Module):
             raise TypeError(f"overlap must be True or False, got {overlap!r}")
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError("MiniDDP needs a process group: create it inside dpedu.launch or torchrun")
+        if getattr(module, "_wrapped_by_mini_ddp", False):  # its hooks would average every gradient twice
+            raise ValueError("module is already wrapped by a MiniDDP: wrap it once")
+        module._wrapped_by_mini_ddp = True
         self.module, self.overlap, self.world_size = module, overlap, dist.get_world_size()
         with torch.no_grad():
             for tensor in [*module.parameters(), *module.buffers()]:
@@ -98,6 +104,7 @@ class MiniDDP(nn.Module):
 
     @property
     def bucket_times(self) -> list[dict[str, float]]:
+        """Per bucket, in the last backward: "ready", "launched", "done" (perf_counter seconds)."""
         return [dict(bucket.times) for bucket in self.buckets]
 
     def _gradient_ready(self, index: int, position: int) -> None:

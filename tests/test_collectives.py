@@ -78,3 +78,21 @@ def test_bad_input_is_refused_by_name():
             reduce([1.0, 2.0])
         with pytest.raises(RuntimeError, match="need a process group"):
             reduce(torch.ones(3))
+
+
+def in_a_subgroup():
+    group = dist.new_group([1, 3])
+    mine = torch.full((5,), float(dist.get_rank()))
+    if dist.get_rank() not in (1, 3):
+        try:
+            ring_all_reduce(mine, group)
+        except ValueError as error:
+            return str(error)
+        return "no error"
+    return [reduce(mine.clone(), group).tolist() for reduce in ALL_REDUCES]
+
+
+def test_a_subgroup_sums_its_own_ranks_and_an_outsider_is_told():
+    outcomes = launch(in_a_subgroup, 4)
+    assert outcomes[1] == outcomes[3] == [[4.0] * 5] * 3
+    assert all("not in group" in outcomes[r] for r in (0, 2))

@@ -169,3 +169,16 @@ def recovers_after_a_failed_backward():
 
 def test_a_backward_that_raised_half_way_leaves_the_next_one_correct():
     assert launch(recovers_after_a_failed_backward, 2, timeout=30) == [True, True]
+
+
+def wrapped_twice():
+    model = small_model(seed=0)
+    MiniDDP(model)
+    try:
+        MiniDDP(model)
+    except ValueError as error:
+        return str(error)
+
+
+def test_wrapping_one_module_twice_is_refused():
+    assert "already wrapped" in launch(wrapped_twice, 1)[0]
