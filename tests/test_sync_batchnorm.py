@@ -56,7 +56,7 @@ def _close(a, b):
     return torch.allclose(a, b, rtol=TOLERANCE, atol=TOLERANCE)
 
 
-@pytest.mark.parametrize("batch_sizes", [[4, 1], [2, 5, 1], [3, 3, 3]])
+@pytest.mark.parametrize("batch_sizes", [[4, 1], [2, 5, 1], [3, 3, 3], [3, 0, 2]])
 @pytest.mark.parametrize("tail", [(), (2, 3)], ids=["N,C", "N,C,H,W"])
 def test_equals_batch_norm_on_the_concatenated_batch(batch_sizes, tail):
     ranks = launch(_on_rank, len(batch_sizes), args=(batch_sizes, tail))
