@@ -24,6 +24,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from dpedu._validate import real, tensor, whole
 from dpedu.datasets import digits
+from dpedu.ddp import _epochs
 from dpedu.environment import gpu_count
 from dpedu.launcher import launch
 from dpedu.sync_batchnorm import SyncBatchNorm
@@ -96,7 +97,7 @@ def train(*, steps: int, batch_size: int, lr: float, ddp: bool = True, norm: str
     seed_random_streams(seed, same_random_stream)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     losses, running = [], []
-    for x, y in itertools.islice(_epochs(loader), steps):
+    for x, y in itertools.islice(_epochs(loader, 0), steps):  # set_epoch: a new shuffle, the same on every rank
         if augment:
             x, _ = shift(x)
         loss = F.cross_entropy(model(x), y, reduction=reduction)
@@ -118,16 +119,12 @@ def seed_random_streams(seed: int, same_random_stream: bool = False) -> None:
 
 
 def _buffer_option(broadcast_buffers: bool) -> dict[str, bool]:
-    """torch 2.13 renamed DDP's ``broadcast_buffers`` to ``forward_sync_buffers`` (the old name still
-    works, with a warning); here as each torch calls it."""
+    """DDP's option to copy rank 0's buffers to every rank at each forward, as this torch names it:
+    ``forward_sync_buffers`` since torch 2.13, ``broadcast_buffers`` before (now deprecated). Not quite a
+    rename: ``broadcast_buffers=False`` also skips the broadcast when DDP wraps the model, while
+    ``forward_sync_buffers=False`` still makes that one. Here every rank builds the same buffers anyway."""
     parameters = inspect.signature(DDP.__init__).parameters
     return {"forward_sync_buffers" if "forward_sync_buffers" in parameters else "broadcast_buffers": broadcast_buffers}
-
-
-def _epochs(loader: DataLoader):
-    for epoch in itertools.count():
-        loader.sampler.set_epoch(epoch)  # a new shuffle every epoch, the same on every rank
-        yield from loader
 
 
 def running_statistics(model: nn.Module) -> torch.Tensor:

@@ -39,12 +39,16 @@ def _per_channel(x: torch.Tensor) -> tuple[list[int], list[int]]:
 
 
 class _SyncBatchNormFunction(torch.autograd.Function):
-    """y = (x - mean) / sqrt(var + eps) * weight + bias, with mean and var over every rank's x."""
+    """y = (x - mean) / sqrt(var + eps) * weight + bias, with mean and var over every rank's x.
+
+    Computes in float32 or wider (``nn.BatchNorm`` does the same for half-precision input) and returns
+    y in x's dtype, with the batch mean and unbiased variance in the computing dtype.
+    """
 
     @staticmethod
     def forward(ctx, x, weight, bias, eps):
         dims, shape = _per_channel(x)
-        channels = x.shape[1]
+        channels, dtype = x.shape[1], torch.promote_types(x.dtype, torch.float32)
         # Sums in float64: var = E[x^2] - E[x]^2 loses digits in float32 when the mean is large.
         x64 = x.double()
         count = x64.new_full((1,), x.numel() // channels)  # values per channel on this rank
@@ -55,30 +59,34 @@ class _SyncBatchNormFunction(torch.autograd.Function):
                              f"ranks (this rank's input has shape {tuple(x.shape)})")
         mean = totals[:channels] / n
         var = (totals[channels:2 * channels] / n - mean * mean).clamp_min(0)  # biased, as BatchNorm normalises
-        invstd = (var + eps).rsqrt()
-        mean32, invstd32 = mean.to(x.dtype), invstd.to(x.dtype)
-        x_hat = (x - mean32.view(shape)) * invstd32.view(shape)
-        ctx.save_for_backward(x, weight, mean32, invstd32)
+        mean, invstd = mean.to(dtype), (var + eps).rsqrt().to(dtype)
+        x_hat = (x.to(dtype) - mean.view(shape)) * invstd.view(shape)
+        ctx.save_for_backward(x, weight, mean, invstd)
         ctx.count = n
-        var_unbiased = (var * n / (n - 1)).to(x.dtype)  # what the running variance is fed
-        ctx.mark_non_differentiable(mean32, var_unbiased)
-        return x_hat * weight.view(shape) + bias.view(shape), mean32, var_unbiased
+        var_unbiased = (var * n / (n - 1)).to(dtype)  # what the running variance is fed
+        ctx.mark_non_differentiable(mean, var_unbiased)
+        y = x_hat * weight.to(dtype).view(shape) + bias.to(dtype).view(shape)
+        return y.to(x.dtype), mean, var_unbiased
 
     @staticmethod
+    @torch.autograd.function.once_differentiable  # a second derivative would miss the all-reduces: refuse it
     def backward(ctx, grad_y, _grad_mean, _grad_var):
         x, weight, mean, invstd = ctx.saved_tensors
         dims, shape = _per_channel(x)
-        channels, n = x.shape[1], ctx.count
-        x_hat = (x - mean.view(shape)) * invstd.view(shape)
+        channels, n, dtype = x.shape[1], ctx.count, mean.dtype
+        x_hat = (x.to(dtype) - mean.view(shape)) * invstd.view(shape)
+        grad_y = grad_y.to(dtype)
         sums = torch.cat([grad_y.double().sum(dims), (grad_y * x_hat).double().sum(dims)])
-        grad_bias, grad_weight = sums[:channels].to(x.dtype), sums[channels:].to(x.dtype)  # this rank's share
+        # this rank's share of the parameter gradients, in the parameters' dtype
+        grad_bias, grad_weight = sums[:channels].to(weight.dtype), sums[channels:].to(weight.dtype)
         grad_x = None
         if ctx.needs_input_grad[0]:
             totals = _all_reduce(sums.clone())  # the same two sums over the global batch
-            sum_dy = totals[:channels].to(x.dtype).view(shape)
-            sum_dy_xhat = totals[channels:].to(x.dtype).view(shape)
+            sum_dy = totals[:channels].to(dtype).view(shape)
+            sum_dy_xhat = totals[channels:].to(dtype).view(shape)
             # d loss / d x for x_hat = (x - mean) * invstd, with mean and var over all n values
-            grad_x = (weight * invstd).view(shape) * (grad_y - sum_dy / n - x_hat * sum_dy_xhat / n)
+            grad_x = (weight.to(dtype) * invstd).view(shape) * (grad_y - sum_dy / n - x_hat * sum_dy_xhat / n)
+            grad_x = grad_x.to(x.dtype)
         return grad_x, grad_weight, grad_bias, None
 
 
@@ -89,14 +97,19 @@ class SyncBatchNorm(nn.Module):
     (biased) variance and updates ``running_mean`` and ``running_var`` (with the unbiased variance over
     the global count) like ``nn.BatchNorm``: ``running = (1 - momentum) * running + momentum * batch``.
     Eval mode normalises with the running statistics and communicates nothing. Parameter and buffer
-    names are ``nn.BatchNorm``'s, so state dicts move between the two. Every rank must call it the
-    same number of times: each training call is a collective.
+    names are ``nn.BatchNorm``'s, so state dicts move between the two. Half-precision input (bfloat16,
+    float16) is normalised in float32 and returned in its own dtype, the buffers staying float32, as
+    ``nn.BatchNorm`` does. Every rank must call it the same number of times: each training call is a
+    collective. First derivatives only: a double backward raises.
     """
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1):
         super().__init__()
         self.num_features = whole("num_features", num_features)
         self.eps = real("eps", eps, above=0)
+        if momentum is None:
+            raise ValueError("momentum=None (nn.BatchNorm's cumulative average) is not supported here: "
+                             "give momentum a number from 0 to 1")
         self.momentum = real("momentum", momentum, at_least=0, at_most=1)
         self.weight = nn.Parameter(torch.ones(num_features))
         self.bias = nn.Parameter(torch.zeros(num_features))
@@ -117,8 +130,8 @@ class SyncBatchNorm(nn.Module):
                                 self.eps)
         y, mean, var_unbiased = _SyncBatchNormFunction.apply(x, self.weight, self.bias, self.eps)
         with torch.no_grad():
-            self.running_mean.lerp_(mean, self.momentum)
-            self.running_var.lerp_(var_unbiased, self.momentum)
+            self.running_mean.lerp_(mean.to(self.running_mean.dtype), self.momentum)
+            self.running_var.lerp_(var_unbiased.to(self.running_var.dtype), self.momentum)
             self.num_batches_tracked += 1
         return y
 

@@ -19,6 +19,11 @@ def test_unbiased_count_check_runs_sync_batchnorm():
     assert not lesson07.unbiased_count([3, 1], 5, 4)  # the samples alone
 
 
+def test_unbiased_count_check_compares_whole_numbers_even_for_large_counts():
+    assert lesson07.unbiased_count([64, 64], 64, 8192)
+    assert not lesson07.unbiased_count([64, 64], 64, 8000)  # n/(n - 1) differs from the truth's by 3e-6
+
+
 def test_unbiased_count_check_calls_what_is_not_a_count_wrong_before_launching(monkeypatch, capsys):
     monkeypatch.setattr(lesson07, "launch", lambda *args, **kwargs: pytest.fail("launched for a hopeless answer"))
     for answer in (1, 20.0, True, "20"):

@@ -56,7 +56,7 @@ def _close(a, b):
     return torch.allclose(a, b, rtol=TOLERANCE, atol=TOLERANCE)
 
 
-@pytest.mark.parametrize("batch_sizes", [[4, 1], [2, 5, 1], [3, 3, 3]])
+@pytest.mark.parametrize("batch_sizes", [[4, 1], [2, 5, 1], [3, 3, 3], [3, 0, 2]])
 @pytest.mark.parametrize("tail", [(), (2, 3)], ids=["N,C", "N,C,H,W"])
 def test_equals_batch_norm_on_the_concatenated_batch(batch_sizes, tail):
     ranks = launch(_on_rank, len(batch_sizes), args=(batch_sizes, tail))
@@ -72,6 +72,38 @@ def test_equals_batch_norm_on_the_concatenated_batch(batch_sizes, tail):
             assert _close(state[key], reference_state[key]), key
         assert state["num_batches_tracked"].item() == reference_state["num_batches_tracked"].item() == 2
         assert _close(eval_output, reference_eval)
+
+
+def _half_precision(batch_sizes, dtype):
+    """One training step of a float32 layer on this rank's slice of a half-precision global batch."""
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    module = _affine(SyncBatchNorm(C) if dist.is_initialized() else nn.BatchNorm2d(C))
+    x, g, _ = _global_batch(batch_sizes, (2, 3), 0)
+    start = sum(batch_sizes[:rank])
+    x = x[start:start + batch_sizes[rank]].to(dtype).requires_grad_()
+    y = module(x)
+    (y * g[start:start + batch_sizes[rank]].to(dtype)).sum().backward()
+    return y.detach(), x.grad, module.weight.grad, module.bias.grad, module.running_mean, module.running_var
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_input_is_normalised_in_float32_like_batch_norm(dtype):
+    ranks = launch(_half_precision, 2, args=([4, 3], dtype))
+    y, x_grad, *float32 = _half_precision([7], dtype)  # nn.BatchNorm2d on the whole batch, one process
+    step = torch.finfo(dtype).eps  # one rounding step of the half-precision outputs (2^-7 for bfloat16)
+    for ours, theirs in ((torch.cat([r[0] for r in ranks]), y), (torch.cat([r[1] for r in ranks]), x_grad)):
+        assert ours.dtype == theirs.dtype == dtype
+        assert torch.allclose(ours.float(), theirs.float(), rtol=step, atol=step)
+    summed = [ranks[0][i] + ranks[1][i] for i in (2, 3)] + list(ranks[0][4:])  # parameter grads summed
+    for ours, theirs in zip(summed, float32, strict=True):  # parameters and buffers stay float32
+        assert ours.dtype == theirs.dtype == torch.float32 and _close(ours, theirs)
+
+
+def test_a_second_derivative_is_refused_rather_than_wrong():
+    x = torch.randn(4, C, requires_grad=True)
+    (first,) = torch.autograd.grad(SyncBatchNorm(C)(x).pow(3).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiate twice"):
+        first.sum().backward()
 
 
 def test_the_running_statistics_move_with_the_momentum_and_the_unbiased_variance():
@@ -143,7 +175,7 @@ def test_a_rank_with_no_sample_still_takes_part():
     (lambda: SyncBatchNorm(2.0), ValueError, "num_features"),
     (lambda: SyncBatchNorm(2, eps=0), ValueError, "eps"),
     (lambda: SyncBatchNorm(2, momentum=1.5), ValueError, "momentum"),
-    (lambda: SyncBatchNorm(2, momentum=None), ValueError, "momentum"),
+    (lambda: SyncBatchNorm(2, momentum=None), ValueError, "momentum=None .* not supported"),
     (lambda: SyncBatchNorm(3)(torch.randn(4, 2)), ValueError, "input has 2 channels .* num_features=3"),
     (lambda: SyncBatchNorm(3)(torch.randn(4)), ValueError, r"\(N, C\)"),
     (lambda: SyncBatchNorm(3)([1.0, 2.0]), TypeError, "input must be a torch.Tensor"),

@@ -80,6 +80,10 @@ def unbiased_count(batch_sizes: list[int], spatial: int, answer: int) -> bool:
     whole("spatial", spatial, maximum=64)
     if isinstance(answer, bool) or not isinstance(answer, int) or answer < 2:
         return verdict(False, "n counts values per channel over every rank: a whole number of at least 2")
+    truth = sum(batch_sizes) * spatial  # values of the channel over every rank
     running, biased = launch(_running_var, len(batch_sizes), args=(batch_sizes, spatial))[0]
-    return verdict(abs(running - biased * answer / (answer - 1)) <= 1e-5 * running,
-                   "count every value of the channel: samples on every rank times positions per sample")
+    if abs(running - biased * truth / (truth - 1)) > 1e-5 * running:  # the layer itself shows the relation
+        raise RuntimeError(f"SyncBatchNorm's running variance {running} is not the batch variance {biased} "
+                           f"times n/(n - 1) for n = {truth}")
+    return verdict(answer == truth, "count every value of the channel: samples on every rank times positions "
+                                    "per sample")
