@@ -37,7 +37,6 @@ class Sent:
 
 
 _counters: list[Sent] = []
-SEGMENT_BYTES = 2**20  # the ring's pipelining unit: large enough that a message's latency is small beside it
 
 
 @contextmanager
@@ -136,36 +135,29 @@ def ring_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None
     Any shape and size, fewer elements than ranks included (empty chunks are not sent); with one rank
     the tensor comes back unchanged. Equal to ``dist.all_reduce`` up to float rounding: the sums are
     added in another order.
-
-    The 2(p - 1) steps are pipelined: what a rank finishes at one step is exactly what it sends at the
-    next, so each segment (about ``SEGMENT_BYTES``) of a chunk goes out as soon as it is added up, while
-    the rest of the chunk is still arriving. Sends never wait for receives: no step can deadlock.
     """
     flat = _flat(tensor)
     world, rank = _world_and_rank(group)
     if world == 1 or flat.numel() == 0:
         return tensor
     chunks = flat.tensor_split(world)  # views into flat; chunk 0 is the longest
-    segments = max(1, min(64, chunks[0].numel() * flat.element_size() // SEGMENT_BYTES))
-    right, left, steps = (rank + 1) % world, (rank - 1) % world, 2 * (world - 1)
-    scratch = torch.empty_like(chunks[0]).tensor_split(segments)  # where reduce-scatter receives
-    sends = [_isend(piece, right, group) for piece in chunks[rank].tensor_split(segments) if piece.numel()]
-    for step in range(steps):  # steps < p - 1: reduce-scatter (add); then all-gather (copy)
-        finishing = chunks[(rank - step - 1) % world].tensor_split(segments)
-        adding = step < world - 1
-        receives = []
-        for piece, spare in zip(finishing, scratch, strict=True):
-            if piece.numel():
-                into = spare[:piece.numel()] if adding else piece
-                receives.append((_irecv(into, left, group), into, piece))
-        for request, into, piece in receives:
-            request.wait()
-            if adding:
-                piece += into
-            if step < steps - 1:  # finished here, so it is what the right neighbour needs next
-                sends.append(_isend(piece, right, group))
-    _wait(sends)
+    right, left = (rank + 1) % world, (rank - 1) % world
+    incoming = torch.empty_like(chunks[0])
+    for step in range(world - 1):  # reduce-scatter: add what arrives
+        sending, arriving = chunks[(rank - step) % world], chunks[(rank - step - 1) % world]
+        _exchange(sending, right, incoming[:arriving.numel()], left, group)
+        arriving += incoming[:arriving.numel()]
+    for step in range(world - 1):  # all-gather: the finished chunks go round once more, copied
+        sending, arriving = chunks[(rank - step + 1) % world], chunks[(rank - step) % world]
+        _exchange(sending, right, arriving, left, group)
     return _write_back(flat, tensor)
+
+
+def _exchange(send: torch.Tensor, to: int, receive: torch.Tensor, source: int, group) -> None:
+    """Send to the right and receive from the left at the same time: with blocking calls, every rank
+    would send first and wait for a receiver that is itself sending (lesson 04 shows the deadlock)."""
+    _wait(([_irecv(receive, source, group)] if receive.numel() else [])
+          + ([_isend(send, to, group)] if send.numel() else []))
 
 
 def _global(group: dist.ProcessGroup | None, rank: int) -> int:

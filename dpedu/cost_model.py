@@ -25,7 +25,7 @@ import torch.distributed as dist
 
 from dpedu._validate import real, whole
 
-__all__ = ["time_all_reduce", "fit_alpha_beta", "ring_time"]
+__all__ = ["time_all_reduce", "time_side_by_side", "fit_alpha_beta", "ring_time"]
 
 
 def time_all_reduce(sizes_in_bytes: Sequence[int], repeats: int = 5,
@@ -34,19 +34,29 @@ def time_all_reduce(sizes_in_bytes: Sequence[int], repeats: int = 5,
     seconds, after one untimed pass over all sizes (first-use allocations and connections are not the
     model's). Messages up to 1 MB, whose times are the noisiest, get three times the repeats. Ranks
     start each call together (a barrier first)."""
+    return time_side_by_side(sizes_in_bytes, {"reduce": reduce}, repeats)["reduce"]
+
+
+def time_side_by_side(sizes_in_bytes: Sequence[int], reduces: dict[str, Callable[[torch.Tensor], object]],
+                      repeats: int = 5) -> dict[str, list[float]]:
+    """``time_all_reduce`` for several all-reduces at once, taking turns call by call, so that a busy
+    moment of a shared machine slows them alike: for each name, the medians per size."""
     whole("repeats", repeats)
     tensors = [torch.ones(max(1, whole("size in sizes_in_bytes", n) // 4)) for n in sizes_in_bytes]
     for tensor in tensors:
-        reduce(tensor)
-    medians = []
-    for tensor in tensors:
-        seconds = []
-        for _ in range(3 * repeats if tensor.numel() * 4 <= 2**20 else repeats):
-            dist.barrier()
-            start = time.perf_counter()
+        for reduce in reduces.values():
             reduce(tensor)
-            seconds.append(time.perf_counter() - start)
-        medians.append(statistics.median(seconds))
+    medians: dict[str, list[float]] = {name: [] for name in reduces}
+    for tensor in tensors:
+        seconds: dict[str, list[float]] = {name: [] for name in reduces}
+        for _ in range(3 * repeats if tensor.numel() * 4 <= 2**20 else repeats):
+            for name, reduce in reduces.items():
+                dist.barrier()
+                start = time.perf_counter()
+                reduce(tensor)
+                seconds[name].append(time.perf_counter() - start)
+        for name in reduces:
+            medians[name].append(statistics.median(seconds[name]))
     return medians
 
 

@@ -32,9 +32,9 @@ def test_each_equals_all_reduce_for_every_size_in_place(world_size):
         assert [(name, size, True, True) for name, size, *_ in rank_results] == rank_results
 
 
-def test_the_ring_pipelines_a_large_tensor_in_segments_and_still_sums_exactly():
+def test_the_ring_sums_a_large_tensor_exactly():
     def large():
-        mine = torch.full((3 * 2**18 + 7,), float(dist.get_rank() + 1))  # 3 MB: several 1 MB segments
+        mine = torch.full((3 * 2**18 + 7,), float(dist.get_rank() + 1))  # 3 MB, not a multiple of 3 elements
         return torch.equal(ring_all_reduce(mine), torch.full_like(mine, 6.0))  # small integers add exactly
 
     assert launch(large, 3) == [True] * 3
