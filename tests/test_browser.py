@@ -1,10 +1,12 @@
 """Every notebook as a learner meets it: JupyterLab in a real headless Chromium, "Run All", sliders moved.
 
-nbval proves that the code runs in a kernel and reproduces its outputs; this proves what a learner sees:
-the course opens in JupyterLab, "Run All" gets through every lesson with no error or stderr on the
-page, the explorers' widgets render in the real frontend, and a slider move redraws the plot within
-2 s. One lab session serves every notebook; the server, its kernels (and their ranks) and the browser
-are stopped and reaped whatever happens. On failure a screenshot lands in ``.browser-failures/``.
+This proves what a learner sees: the course opens in JupyterLab, "Run All" gets through every lesson
+with no error or stderr on the page, the explorers' widgets render in the real frontend, and a slider
+move redraws the plot within 2 s. It also does nbval's job for the notebooks it runs: the run is saved
+and its outputs are compared with the stored ones, by nbval's rules (``stored_outputs.py``), so that
+the suite executes each lesson once, not twice (``conftest.py`` leaves those notebooks out of nbval).
+One lab session serves every notebook; the server, its kernels (and their ranks) and the browser are
+stopped and reaped whatever happens. On failure a screenshot lands in ``.browser-failures/``.
 
 Needs Chromium: ``.ci/run`` installs Debian's package when it runs as root; elsewhere install
 Chromium (or run ``playwright install chromium``), or the test is skipped, saying so.
@@ -24,6 +26,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from stored_outputs import differences
 
 from dpedu import free_port
 from dpedu.failures import leftover_processes
@@ -180,8 +183,26 @@ def slider_redraw_seconds(page) -> list[float]:
     return seconds
 
 
-def check_in_browser(lab, browser, notebook: Path) -> tuple[list[str], list[float]]:
-    """Run ``notebook`` (a path inside the lab's folder) in a fresh page; return problems and redraw times."""
+def save(page, notebook: Path, seconds: float = 30.0) -> dict:
+    """Save the notebook from the page, as a learner does (Ctrl+S); return it as written by the server."""
+    before = notebook.stat().st_mtime_ns
+    page.locator(".jp-Notebook").first.click(position={"x": 5, "y": 5})  # focus the notebook, not a menu
+    page.keyboard.press("Control+s")
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if notebook.stat().st_mtime_ns != before:
+            try:  # the server writes in place: the file is whole once it parses (a notebook is one object)
+                return json.loads(notebook.read_text())
+            except json.JSONDecodeError:
+                pass
+        time.sleep(0.1)
+    raise playwright.TimeoutError(f"{notebook.name} was not saved within {seconds:g} s")
+
+
+def check_in_browser(lab, browser, notebook: Path, stored: dict | None = None) -> tuple[list[str], list[float]]:
+    """Run ``notebook`` (a path inside the lab's folder) in a fresh page; return problems and redraw times.
+
+    With ``stored`` (the notebook as committed), the run is saved and its outputs compared with it."""
     url, token, work = lab
     cells = json.loads(notebook.read_text())["cells"]
     code = [c for c in cells if c["cell_type"] == "code"]
@@ -196,6 +217,9 @@ def check_in_browser(lab, browser, notebook: Path) -> tuple[list[str], list[floa
             problems, redraws = problems + problems_on_page(page, 0), []
         else:
             problems = problems_on_page(page, explorers)
+            if stored is not None:
+                saved = save(page, notebook)
+                problems += [f"output differs from the stored one: {d}" for d in differences(stored, saved)]
             redraws = slider_redraw_seconds(page) if explorers else []
             problems += [f"slider {i} redrew after {s:.2f} s (limit {REDRAW_LIMIT:g} s)"
                          for i, s in enumerate(redraws) if s > REDRAW_LIMIT]
@@ -220,7 +244,8 @@ def _shut_down_kernels(url: str, token: str) -> None:
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda path: path.stem)
 def test_run_all_in_jupyterlab_shows_no_error_and_explorers_redraw(lab, browser, notebook):
-    problems, redraws = check_in_browser(lab, browser, lab[2] / "notebooks" / notebook.name)
+    stored = json.loads(notebook.read_text())
+    problems, redraws = check_in_browser(lab, browser, lab[2] / "notebooks" / notebook.name, stored)
     if redraws:
         print(f"{notebook.stem}: slider redraws took " + ", ".join(f"{s:.2f} s" for s in redraws))
     assert not problems, f"{notebook.name} in JupyterLab:\n" + "\n".join(problems)
@@ -233,6 +258,8 @@ BROKEN = {
                     "def draw(x):\n", "    if x == 0:\n", "        plt.plot([0, 1]); plt.show()\n",
                     "    else:\n", "        import time; time.sleep(5)  # an explorer too slow to redraw\n",
                     "explore(draw, x=[0, 1])"]},
+        {"cell_type": "code", "metadata": {}, "execution_count": None, "source": ["print(6 * 7)"],
+         "outputs": [{"output_type": "stream", "name": "stdout", "text": ["41\n"]}]},  # a stale stored output
         {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
          "source": ["raise ValueError('a broken cell')"]},
     ],
@@ -241,11 +268,15 @@ BROKEN = {
 }
 
 
-def test_the_check_catches_an_error_and_an_explorer_that_does_not_redraw(lab, browser):
+def test_the_check_catches_an_error_a_stale_output_and_an_explorer_that_does_not_redraw(lab, browser):
     """A check that cannot fail proves nothing: a notebook broken on purpose must be caught."""
     broken = lab[2] / "notebooks" / "99_broken_on_purpose.ipynb"
     broken.write_text(json.dumps(BROKEN))
-    problems, _ = check_in_browser(lab, browser, broken)
+    try:
+        problems, _ = check_in_browser(lab, browser, broken, stored=BROKEN)
+    finally:  # lesson 00 lists the lessons in its folder: a lesson 99 must not be there when it runs
+        broken.unlink()
     assert any("ValueError: a broken cell" in p for p in problems), problems
+    assert any("cell 1, stdout: stored ['41\\n']" in p and "gave ['42\\n']" in p for p in problems), problems
     assert any("redrew after inf s" in p for p in problems), problems
     (SCREENSHOTS / "99_broken_on_purpose.png").unlink(missing_ok=True)

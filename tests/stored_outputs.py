@@ -1,0 +1,73 @@
+"""Compare a notebook run elsewhere (in JupyterLab, by the browser test) with the outputs stored in the repo.
+
+nbval runs a notebook in a kernel of its own and compares each cell's outputs with the stored ones. The
+browser test already runs every notebook once, as a learner does; comparing what that run saved, by the
+same rules, spares a second execution of the whole course. The rules are nbval's: streams of one name are
+joined, rich outputs are compared by MIME type, images and widget models are not compared (their bytes
+and ids legitimately change), the patterns of ``nbval_sanitize.cfg`` are replaced first, and a cell
+tagged ``nbval-ignore-output`` (or starting with ``# NBVAL_IGNORE_OUTPUT``) is not compared.
+
+One difference is deliberate: the browser runs the notebook with live widgets, so a display that holds
+an image or a widget (a figure, an explorer, a progress bar) is left out on both sides, where nbval,
+running with static explorers, compares such a display's plain-text part ("<Figure size ...>").
+"""
+
+from __future__ import annotations
+
+import configparser
+import re
+from pathlib import Path
+
+SANITIZE = Path(__file__).with_name("nbval_sanitize.cfg")
+NOT_COMPARED = {"image/png", "image/jpeg", "image/svg+xml", "application/vnd.jupyter.widget-view+json"}
+
+
+def sanitize_patterns(path: Path = SANITIZE) -> list[tuple[re.Pattern, str]]:
+    """The (regex, replacement) pairs of an nbval sanitize file."""
+    config = configparser.ConfigParser(interpolation=None)
+    config.read(path)
+    return [(re.compile(config[section]["regex"]), config[section]["replace"]) for section in config.sections()]
+
+
+def _ignored(cell: dict) -> bool:
+    source = "".join(cell["source"]).lstrip()
+    return "nbval-ignore-output" in cell.get("metadata", {}).get("tags", []) or \
+        source.startswith("# NBVAL_IGNORE_OUTPUT")
+
+
+def comparable(outputs: list[dict], patterns: list[tuple[re.Pattern, str]]) -> dict[str, list[str]]:
+    """One cell's outputs as nbval compares them: a list of sanitized texts per stream name or MIME type."""
+    found: dict[str, list[str]] = {}
+    streams: dict[str, str] = {}
+    for output in outputs:
+        if output["output_type"] == "stream":
+            streams[output["name"]] = streams.get(output["name"], "") + "".join(output["text"])
+        elif output["output_type"] == "error":
+            found.setdefault("error", []).append(f"{output['ename']}: {output['evalue']}")
+        elif not NOT_COMPARED & output["data"].keys():
+            for mime, value in output["data"].items():
+                found.setdefault(mime, []).append(value if isinstance(value, str) else "".join(value))
+    for name, text in streams.items():
+        found[name] = [text]
+    for texts in found.values():
+        for i, text in enumerate(texts):
+            for pattern, replacement in patterns:
+                text = pattern.sub(replacement, text)
+            texts[i] = text
+    return found
+
+
+def differences(stored: dict, executed: dict, limit: int = 600) -> list[str]:
+    """Where ``executed``'s outputs differ from ``stored``'s (two notebooks as loaded from JSON), cell by cell."""
+    patterns = sanitize_patterns()
+    pairs = list(zip(stored["cells"], executed["cells"], strict=True))
+    found = []
+    for index, (old, new) in enumerate(pairs):
+        if old["cell_type"] != "code" or _ignored(old):
+            continue
+        want, got = comparable(old["outputs"], patterns), comparable(new["outputs"], patterns)
+        for key in sorted(want.keys() | got.keys()):
+            if want.get(key) != got.get(key):
+                found.append(f"cell {index}, {key}: stored {str(want.get(key))[:limit]!s}\n"
+                             f"    but this run gave {str(got.get(key))[:limit]!s}")
+    return found
