@@ -86,8 +86,9 @@ def run_schedule(stage: nn.Module, kind: str, x: torch.Tensor, y: torch.Tensor, 
     width of ``x``. A forward or backward of the whole batch also sleeps ``work_s`` seconds, so each
     micro-batch's sleeps ``work_s``/m before sending its result (a stage of controlled duration: m
     micro-batches, the same work). Returns the timeline [(what, i, start, end)], the peak bytes of
-    tensors the stage kept for backward (saved by autograd, counted once per storage) and the loss on
-    the last rank.
+    activations the stage kept for backward (the tensors autograd saved, counted once per storage; the
+    stage's parameters and the batch ``x``, ``y`` left out: they are there whatever the schedule) and the
+    loss on the last rank.
     """
     if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
         raise TypeError("x and y must be tensors")
@@ -100,6 +101,7 @@ def run_schedule(stage: nn.Module, kind: str, x: torch.Tensor, y: torch.Tensor, 
     ops = schedule(kind, p, micro_batches, rank)
     xs, ys = x.chunk(micro_batches), y.chunk(micro_batches)
     kept: dict[int, dict[int, int]] = {}  # micro-batch -> storage -> bytes saved for its backward
+    there_anyway = {t.untyped_storage().data_ptr() for t in (*stage.parameters(), x, y)}
     inputs, outputs, sends, timeline = {}, {}, [], []
     peak, loss = 0, torch.zeros(())
     for what, i in ops:
@@ -112,7 +114,7 @@ def run_schedule(stage: nn.Module, kind: str, x: torch.Tensor, y: torch.Tensor, 
                 inp.requires_grad_()
             start = time.monotonic()
             kept[i] = {}
-            with torch.autograd.graph.saved_tensors_hooks(_counting(kept[i]), lambda t: t):
+            with torch.autograd.graph.saved_tensors_hooks(_counting(kept[i], there_anyway), lambda t: t):
                 out = stage(inp)
                 if rank == p - 1:
                     out = F.mse_loss(out, ys[i]) / micro_batches
@@ -128,7 +130,8 @@ def run_schedule(stage: nn.Module, kind: str, x: torch.Tensor, y: torch.Tensor, 
             start = time.monotonic()
             outputs[i].backward(grad)
             del kept[i], outputs[i]
-            sending, to = (inputs.pop(i).grad, rank - 1) if rank > 0 else (None, None)
+            inp = inputs.pop(i)
+            sending, to = (inp.grad, rank - 1) if rank > 0 else (None, None)
         time.sleep(work_s / micro_batches)  # the rest of this stage's work, before its result leaves
         timeline.append((what, i, start, time.monotonic()))
         if sending is not None:
@@ -138,9 +141,10 @@ def run_schedule(stage: nn.Module, kind: str, x: torch.Tensor, y: torch.Tensor, 
     return {"timeline": timeline, "peak_kept_bytes": peak, "loss": loss.item() if rank == p - 1 else None}
 
 
-def _counting(kept: dict[int, int]):
+def _counting(kept: dict[int, int], left_out: set[int]):
     def pack(tensor: torch.Tensor) -> torch.Tensor:
-        kept[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
+        if tensor.untyped_storage().data_ptr() not in left_out:
+            kept[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
         return tensor
     return pack
 

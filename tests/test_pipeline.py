@@ -61,6 +61,9 @@ def test_1f1b_keeps_fewer_bytes_in_proportion_to_micro_batches_in_flight():
     gpipe = [run["peak_kept_bytes"] for run, _ in launch(_step, 3, args=("gpipe", 6))]
     one_f_one_b = [run["peak_kept_bytes"] for run, _ in launch(_step, 3, args=("1f1b", 6))]
     assert [b * 6 for b in one_f_one_b] == [g * (3 - r) for r, g in enumerate(gpipe)]
+    # GPipe keeps every micro-batch: the whole batch's activations, as without micro-batches
+    assert gpipe == [run["peak_kept_bytes"] for run, _ in launch(_step, 3, args=("gpipe", 1))]
+    assert all(g > 0 for g in gpipe)
 
 
 def test_measured_idle_share_follows_the_bubble_formula():
