@@ -1,20 +1,23 @@
-import os
-
 import pytest
+import torch
 
 from dpedu import launch, models
 from dpedu import mixed_precision as mx
 
 
+@pytest.fixture(autouse=True)
+def _capped_onednn(monkeypatch):
+    """bfloat16 work runs in a rank with oneDNN capped, as the lesson runs it (a rank sees the caller's
+    environment as it is at the call)."""
+    for name, value in mx.BF16_ENV.items():
+        monkeypatch.setenv(name, value)
+
+
 def _in_a_rank(fn, *args):
-    """bfloat16 work runs in a rank with oneDNN capped, as the lesson runs it."""
-    os.environ.update(mx.BF16_ENV)  # the rank sees the caller's environment as it is at the call
     return launch(fn, 1, args=args)[0]
 
 
 def _activations():
-    import torch
-
     model, x = models.mlp(8, 16, 4, depth=2), torch.randn(5, 8)
     return {p: mx.activation_bytes(model, x, p) for p in mx.PRECISIONS}
 
