@@ -27,7 +27,8 @@ from dpedu._validate import real, whole
 from dpedu.datasets import digits
 from dpedu.models import mlp
 
-__all__ = ["BF16_ENV", "PRECISIONS", "saved_bytes", "activation_bytes", "train_digits", "small_gradients", "matmul_seconds"]
+__all__ = ["BF16_ENV", "PRECISIONS", "saved_bytes", "activation_bytes", "train_digits", "small_gradients",
+           "matmul_seconds"]
 
 BF16_ENV = {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}
 PRECISIONS = ("float32", "bfloat16", "float16")
