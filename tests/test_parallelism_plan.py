@@ -29,11 +29,21 @@ def test_transformer_activations_korthikanti_formula():
     assert plan.transformer_activation_bytes(layers=3, sequence=2, micro_batch=2, hidden=4, heads=2) == 6 * 312
 
 
+def test_tensor_parallelism_splits_all_activations_only_with_sequence_parallelism():
+    shape = {"layers": 1, "sequence": 2, "micro_batch": 1, "hidden": 4, "heads": 2}
+    assert plan.transformer_activation_bytes(**shape, tensor_parallel=4) == 312 / 4
+    # without sequence parallelism: 8 · (10 + 24/4 + 5·2·2/(4·4)) = 8 · 17.25 = 138, more than 312 / 4
+    assert plan.transformer_activation_bytes(**shape, tensor_parallel=4, sequence_parallel=False) == 138
+    assert plan.transformer_activation_bytes(**shape, tensor_parallel=1, sequence_parallel=False) == 312
+
+
 @pytest.mark.parametrize(("call", "name"), [
     (lambda: plan.options(0, gpus=1, gpu_memory_gb=1), "params"),
     (lambda: plan.options(1e9, gpus=0, gpu_memory_gb=1), "gpus"),
     (lambda: plan.options(1e9, gpus=1, gpu_memory_gb=0), "gpu_memory_gb"),
     (lambda: plan.recommend(1e9, gpus=1, gpu_memory_gb=1, activation_bytes=-1), "activation_bytes"),
+    (lambda: plan.transformer_activation_bytes(layers=1, sequence=2, micro_batch=1, hidden=4, heads=2,
+                                               tensor_parallel=0), "tensor_parallel"),
     (lambda: plan.transformer_activation_bytes(layers=0, sequence=1, micro_batch=1, hidden=1, heads=1), "layers"),
     (lambda: plan.transformer_activation_bytes(layers=1, sequence=1, micro_batch=1, hidden=1, heads=0), "heads"),
 ])
