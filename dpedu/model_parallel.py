@@ -17,7 +17,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from dpedu._validate import real, whole
+from dpedu._validate import real, tensor, whole
 
 __all__ = ["blocks", "stage_of", "regression_data", "forward_backward", "train"]
 
@@ -56,6 +56,12 @@ def forward_backward(stage: nn.Module, x: torch.Tensor, y: torch.Tensor,
     the output on the last rank (None elsewhere). With ``timeline``, appends (what, start, end) for
     each stretch of computing (``time.monotonic``, one clock for every process of this machine).
     """
+    if not isinstance(stage, nn.Module):
+        raise TypeError(f"stage must be a torch.nn.Module, got {type(stage).__name__}")
+    tensor("x", x)
+    tensor("y", y)
+    if timeline is not None and not isinstance(timeline, list):
+        raise TypeError(f"timeline must be a list or None, got {type(timeline).__name__}")
     rank, world = dist.get_rank(), dist.get_world_size()
     clock = time.monotonic
     if rank > 0:  # the activation of the stage before

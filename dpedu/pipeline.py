@@ -27,7 +27,7 @@ import torch.fx.experimental.symbolic_shapes  # noqa: F401 - see below
 import torch.nn.functional as F
 from torch import nn
 
-from dpedu._validate import real, whole
+from dpedu._validate import real, tensor, whole
 
 # backward(grad) imports that module (and sympy, about 1 s) on first use. Imported here, in the process
 # that forks the ranks, every rank inherits it instead of importing it again at every launch.
@@ -90,8 +90,10 @@ def run_schedule(stage: nn.Module, kind: str, x: torch.Tensor, y: torch.Tensor, 
     stage's parameters and the batch ``x``, ``y`` left out: they are there whatever the schedule) and the
     loss on the last rank.
     """
-    if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
-        raise TypeError("x and y must be tensors")
+    if not isinstance(stage, nn.Module):
+        raise TypeError(f"stage must be a torch.nn.Module, got {type(stage).__name__}")
+    tensor("x", x)
+    tensor("y", y)
     whole("micro_batches", micro_batches)
     if len(x) % micro_batches or len(y) != len(x):
         raise ValueError(f"micro_batches must divide the batch (x and y of {len(x)} and {len(y)} rows), "
@@ -116,6 +118,9 @@ def run_schedule(stage: nn.Module, kind: str, x: torch.Tensor, y: torch.Tensor, 
             kept[i] = {}
             with torch.autograd.graph.saved_tensors_hooks(_counting(kept[i], there_anyway), lambda t: t):
                 out = stage(inp)
+                if out.shape != inp.shape:  # else the next stage receives into a buffer of the wrong shape
+                    raise ValueError(f"stage (rank {rank}) must return its input's shape {tuple(inp.shape)}, "
+                                     f"got {tuple(out.shape)}")
                 if rank == p - 1:
                     out = F.mse_loss(out, ys[i]) / micro_batches
                     loss = loss + out.detach()

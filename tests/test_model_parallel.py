@@ -2,8 +2,9 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch import nn
 
-from dpedu import launch
+from dpedu import RankFailedError, launch
 from dpedu import model_parallel as mp
 
 
@@ -64,7 +65,7 @@ def test_stages_split_the_blocks_in_order():
 
 
 def test_train_refuses_more_ranks_than_blocks():
-    with pytest.raises(Exception, match="depth must be at least the number of ranks"):
+    with pytest.raises(RankFailedError, match=r"ValueError: depth must be at least the number of ranks \(3\), got 2"):
         launch(lambda: mp.train(steps=1, lr=0.1, depth=2), 3)
 
 
@@ -77,6 +78,10 @@ def test_train_refuses_more_ranks_than_blocks():
     (lambda: mp.regression_data(0), ValueError, "batch"),
     (lambda: mp.train(steps=0, lr=0.1), ValueError, "steps"),
     (lambda: mp.train(steps=1, lr=-1.0), ValueError, "lr"),
+    (lambda: mp.forward_backward([nn.Linear(4, 4)], *mp.regression_data(2, 4)), TypeError, "stage must be"),
+    (lambda: mp.forward_backward(mp.blocks(4, 2), [[0.0] * 4], torch.zeros(1, 4)), TypeError, "x must be"),
+    (lambda: mp.forward_backward(mp.blocks(4, 2), torch.zeros(1, 4), None), TypeError, "y must be"),
+    (lambda: mp.forward_backward(mp.blocks(4, 2), *mp.regression_data(2, 4), timeline=()), TypeError, "timeline"),
 ])
 def test_bad_arguments_are_refused_by_name(call, error, name):
     with pytest.raises(error, match=name):

@@ -2,8 +2,9 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch import nn
 
-from dpedu import launch, pipeline
+from dpedu import RankFailedError, launch, pipeline
 from dpedu import model_parallel as mp
 
 
@@ -99,7 +100,8 @@ def test_run_schedule_refuses_bad_arguments_by_name():
         x, y = mp.regression_data(6, 8)
         messages = []
         for args in ((stage, "gpipe", x, y, 4), (stage, "gpipe", x, y[:3], 2), (stage, "gpipe", x, y, 2, -1.0),
-                     (stage, "gpipe", x.tolist(), y, 2), (stage, "pipedream", x, y, 2)):
+                     (stage, "gpipe", x.tolist(), y, 2), (stage, "gpipe", x, "y", 2), (stage, "pipedream", x, y, 2),
+                     (list(stage), "gpipe", x, y, 2)):
             try:
                 pipeline.run_schedule(*args)
                 messages.append("")
@@ -108,5 +110,15 @@ def test_run_schedule_refuses_bad_arguments_by_name():
         return messages
 
     messages = launch(attempts, 2)[0]
-    for message, name in zip(messages, ["micro_batches", "micro_batches", "work_s", "x and y", "kind"], strict=True):
+    names = ["micro_batches", "micro_batches", "work_s", "x must", "y must", "kind", "stage must"]
+    for message, name in zip(messages, names, strict=True):
         assert name in message
+
+
+def test_run_schedule_refuses_a_stage_that_changes_the_shape_before_sending():
+    def narrowing():
+        x, y = mp.regression_data(6, 8)
+        return pipeline.run_schedule(nn.Linear(8, 4), "gpipe", x, y, 2)
+
+    with pytest.raises(RankFailedError, match=r"stage \(rank 0\) must return its input's shape \(3, 8\), got \(3, 4\)"):
+        launch(narrowing, 2)
