@@ -8,9 +8,12 @@ weights, momentum and variance per parameter) a rank holds, for Ψ parameters,
 DDP 16Ψ, stage 1 4Ψ + 12Ψ/N, stage 2 2Ψ + 14Ψ/N, stage 3 16Ψ/N bytes.
 
 In torch: ``ZeroRedundancyOptimizer`` is stage 1 (with DDP for the gradients), and FSDP2's
-``fully_shard`` is stage 3. On CPU the training here is plain float32 Adam: 4 + 4 + 8 bytes per
-parameter, the same formulas with other byte counts. ``held_bytes`` measures what a rank actually
-holds; ``train`` trains the same model under DDP, ZeRO-1 and FSDP2 and counts their collectives.
+``fully_shard`` is stage 3. Stage 2's nearest counterparts are FSDP1's ``SHARD_GRAD_OP`` and FSDP2's
+``reshard_after_forward=False``: gradients and optimizer state sharded, the full parameters kept from
+forward to backward (ZeRO-2 keeps them all the time); here stage 2 is its formula only. On CPU the
+training here is plain float32 Adam: 4 + 4 + 8 bytes per parameter, the same formulas with other byte
+counts. ``held_bytes`` measures what a rank actually holds; ``train`` trains the same model under DDP,
+ZeRO-1 and FSDP2 and counts their collectives.
 """
 
 from __future__ import annotations
