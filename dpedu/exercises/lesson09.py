@@ -1,0 +1,62 @@
+"""Checks for lesson 09's exercises: the bubble, 1F1B's memory, ZeRO's bytes, and float16's range."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from dpedu._validate import real, whole
+from dpedu.exercises import close, verdict
+from dpedu.pipeline import bubble_fraction, peak_in_flight, schedule
+from dpedu.zero_memory import model_state_bytes
+
+
+def _number(answer: object) -> object:
+    """A number is an answer (right or wrong; NaN and inf are wrong); anything else is a TypeError."""
+    if isinstance(answer, bool) or not isinstance(answer, (int, float)):
+        raise TypeError(f"answer must be a number, got {answer!r}")
+    return answer
+
+
+def bubble(stages: int, micro_batches: int, answer: float) -> bool:
+    """What share of a GPipe step do ``stages`` stages spend idle with ``micro_batches`` micro-batches,
+    when every forward and backward takes the same time (within 1 %)?"""
+    truth = bubble_fraction(whole("stages", stages, maximum=1000), whole("micro_batches", micro_batches))
+    _number(answer)
+    return verdict(close(answer, truth, 0.01), "draw the timeline: how many slots does the first stage wait "
+                                               "before its first backward, and how many slots are there?")
+
+
+def micro_batches_kept(kind: str, stages: int, micro_batches: int, stage: int, answer: int) -> bool:
+    """At most how many micro-batches' activations does stage ``stage`` (0 = first) keep under ``kind``
+    ("gpipe" or "1f1b") with ``stages`` stages and ``micro_batches`` micro-batches?"""
+    whole("stages", stages, maximum=64)
+    whole("micro_batches", micro_batches, maximum=256)
+    truth = peak_in_flight(schedule(kind, stages, micro_batches, stage))
+    _number(answer)
+    return verdict(answer == truth, "list the stage's forwards and backwards in order and count the "
+                                    "micro-batches forwarded but not yet backwarded")
+
+
+def zero_gigabytes(params: float, world_size: int, stage: int, answer: float) -> bool:
+    """How many GB (1e9 bytes) of model states does each of ``world_size`` ranks hold under ZeRO ``stage``
+    (0 = DDP) for ``params`` parameters trained with mixed-precision Adam (within 1 %)?"""
+    real("params", params, above=0)
+    truth = model_state_bytes(params, world_size, stage)["total"] / 1e9
+    _number(answer)
+    return verdict(close(answer, truth, 0.01), "16 bytes per parameter: 2 + 2 + 12; which of the three does "
+                                               "this stage split over the ranks?")
+
+
+def survives_float16(value: float, answer: bool) -> bool:
+    """Does ``value`` survive being stored in float16: non-zero and finite? A value at or below 2^-25 in
+    size rounds to 0; one at or above 65520 overflows to inf: neither survives."""
+    real("value", value)
+    if not isinstance(answer, bool):
+        raise TypeError(f"answer must be True or False, got {answer!r}")
+    stored = torch.tensor(value, dtype=torch.float32).half().item()
+    truth = stored != 0 and math.isfinite(stored)
+    return verdict(answer == truth, "float16's smallest positive (subnormal) value is 2^-24, about 6.0e-8; "
+                                    "a value at or below half of it rounds to 0; its largest is 65504, and "
+                                    "from 65520 on a value overflows to inf")
