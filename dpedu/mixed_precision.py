@@ -26,9 +26,9 @@ from torch import nn
 from dpedu._validate import real, whole
 from dpedu.datasets import digits
 from dpedu.models import mlp
+from dpedu.pipeline import saved_storages
 
-__all__ = ["BF16_ENV", "PRECISIONS", "saved_bytes", "activation_bytes", "train_digits", "small_gradients",
-           "matmul_seconds"]
+__all__ = ["BF16_ENV", "PRECISIONS", "saved_bytes", "train_digits", "small_gradients", "matmul_seconds"]
 
 BF16_ENV = {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}
 PRECISIONS = ("float32", "bfloat16", "float16")
@@ -67,22 +67,12 @@ def saved_bytes(model: nn.Module, x: torch.Tensor, precision: str = "float32") -
                 return True
         return False
 
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
-        storage = tensor.untyped_storage()
-        if storage.data_ptr() not in params:
-            kind = "weight_copies" if copies_a_parameter(tensor) else "activations"
-            kept[kind][storage.data_ptr()] = storage.nbytes()
-        return tensor
+    def where(tensor: torch.Tensor) -> dict[int, int]:
+        return kept["weight_copies" if copies_a_parameter(tensor) else "activations"]
 
-    with _autocast(precision, x.device.type), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with _autocast(precision, x.device.type), saved_storages(where, left_out=params):
         model(x)
     return {kind: sum(storages.values()) for kind, storages in kept.items()}
-
-
-def activation_bytes(model: nn.Module, x: torch.Tensor, precision: str = "float32") -> int:
-    """Bytes of activations autograd keeps for backward: ``saved_bytes``' "activations" (no parameters,
-    no 16-bit weight copies)."""
-    return saved_bytes(model, x, precision)["activations"]
 
 
 def train_digits(precision: str, *, steps: int, lr: float, batch_size: int = 64, hidden: int = 256,
@@ -146,8 +136,7 @@ def small_gradients(precision: str, loss_scale: float, *, weight: float = 1e-6, 
 
 def matmul_seconds(precision: str, size: int = 512, repeats: int = 10) -> float:
     """Median seconds of one (size x size) @ (size x size) matmul in ``precision`` on the CPU."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    _check(precision, "cpu")
     whole("size", size)
     whole("repeats", repeats)
     a = torch.randn(size, size).to(getattr(torch, precision))

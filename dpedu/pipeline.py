@@ -20,6 +20,7 @@ to each forward and backward, so that the schedule, not this machine's cores, se
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -32,7 +33,7 @@ from dpedu._validate import real, tensor, whole
 # backward(grad) imports that module (and sympy, about 1 s) on first use. Imported here, in the process
 # that forks the ranks, every rank inherits it instead of importing it again at every launch.
 
-__all__ = ["schedule", "peak_in_flight", "bubble_fraction", "run_schedule", "idle_fraction"]
+__all__ = ["schedule", "peak_in_flight", "bubble_fraction", "run_schedule", "saved_storages", "idle_fraction"]
 
 SCHEDULES = ("gpipe", "1f1b")
 
@@ -116,7 +117,7 @@ def run_schedule(stage: nn.Module, kind: str, x: torch.Tensor, y: torch.Tensor, 
                 inp.requires_grad_()
             start = time.monotonic()
             kept[i] = {}
-            with torch.autograd.graph.saved_tensors_hooks(_counting(kept[i], there_anyway), lambda t: t):
+            with saved_storages(_always(kept[i]), left_out=there_anyway):
                 out = stage(inp)
                 if out.shape != inp.shape:  # else the next stage receives into a buffer of the wrong shape
                     raise ValueError(f"stage (rank {rank}) must return its input's shape {tuple(inp.shape)}, "
@@ -146,12 +147,19 @@ def run_schedule(stage: nn.Module, kind: str, x: torch.Tensor, y: torch.Tensor, 
     return {"timeline": timeline, "peak_kept_bytes": peak, "loss": loss.item() if rank == p - 1 else None}
 
 
-def _counting(kept: dict[int, int], left_out: set[int]):
+def saved_storages(where: Callable[[torch.Tensor], dict[int, int]], left_out: set[int]):
+    """Inside the block, record the bytes of every storage autograd saves for backward, once per storage,
+    in the dict ``where(tensor)`` names (storage address -> bytes); storages in ``left_out`` are skipped."""
     def pack(tensor: torch.Tensor) -> torch.Tensor:
-        if tensor.untyped_storage().data_ptr() not in left_out:
-            kept[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in left_out:
+            where(tensor)[storage.data_ptr()] = storage.nbytes()
         return tensor
-    return pack
+    return torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor)
+
+
+def _always(kept: dict[int, int]) -> Callable[[torch.Tensor], dict[int, int]]:
+    return lambda tensor: kept
 
 
 def idle_fraction(timelines: list[list[tuple]]) -> float:

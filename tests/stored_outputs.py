@@ -2,10 +2,11 @@
 
 nbval runs a notebook in a kernel of its own and compares each cell's outputs with the stored ones. The
 browser test already runs every notebook once, as a learner does; comparing what that run saved, by the
-same rules, spares a second execution of the whole course. The rules are nbval's: streams of one name are
-joined, rich outputs are compared by MIME type, images and widget models are not compared (their bytes
-and ids legitimately change), the patterns of ``nbval_sanitize.cfg`` are replaced first, and a cell
-tagged ``nbval-ignore-output`` (or starting with ``# NBVAL_IGNORE_OUTPUT``) is not compared.
+same rules, spares a second execution of the whole course. The rules are nbval's, through its own
+helpers where it has them (comment markers and tags, stream joining, the sanitize file's parser):
+streams of one name are joined, rich outputs are compared by MIME type, images and widget models are
+not compared (their bytes and ids legitimately change), the patterns of ``nbval_sanitize.cfg`` are
+replaced first, and a cell marked ``nbval-ignore-output`` or ``# NBVAL_IGNORE_OUTPUT`` is not compared.
 
 One difference is deliberate: the browser runs the notebook with live widgets, so a display that holds
 an image or a widget (a figure, an explorer, a progress bar) is left out on both sides, where nbval,
@@ -14,41 +15,40 @@ running with static explorers, compares such a display's plain-text part ("<Figu
 
 from __future__ import annotations
 
-import configparser
 import re
 from pathlib import Path
+
+import nbformat
+from nbformat.v4.rwbase import rejoin_lines
+from nbval.plugin import coalesce_streams, find_comment_markers, find_metadata_tags, get_sanitize_patterns
 
 SANITIZE = Path(__file__).with_name("nbval_sanitize.cfg")
 NOT_COMPARED = {"image/png", "image/jpeg", "image/svg+xml", "application/vnd.jupyter.widget-view+json"}
 
 
 def sanitize_patterns(path: Path = SANITIZE) -> list[tuple[re.Pattern, str]]:
-    """The (regex, replacement) pairs of an nbval sanitize file."""
-    config = configparser.ConfigParser(interpolation=None)
-    config.read(path)
-    return [(re.compile(config[section]["regex"]), config[section]["replace"]) for section in config.sections()]
+    """The (regex, replacement) pairs of an nbval sanitize file, read by nbval's own parser."""
+    return [(re.compile(regex), replacement) for regex, replacement in get_sanitize_patterns(path.read_text())]
 
 
 def _ignored(cell: dict) -> bool:
-    source = "".join(cell["source"]).lstrip()
-    return "nbval-ignore-output" in cell.get("metadata", {}).get("tags", []) or \
-        source.startswith("# NBVAL_IGNORE_OUTPUT")
+    """nbval's own reading of a cell's ``# NBVAL_IGNORE_OUTPUT`` comment or ``nbval-ignore-output`` tag."""
+    markers = [*find_comment_markers("".join(cell["source"])), *find_metadata_tags(cell.get("metadata", {}))]
+    return ("check", False) in markers
 
 
-def comparable(outputs: list[dict], patterns: list[tuple[re.Pattern, str]]) -> dict[str, list[str]]:
-    """One cell's outputs as nbval compares them: a list of sanitized texts per stream name or MIME type."""
+def comparable(outputs: list, patterns: list[tuple[re.Pattern, str]]) -> dict[str, list[str]]:
+    """One cell's outputs (as nbformat reads them) as nbval compares them: a list of sanitized texts per
+    stream name or MIME type."""
     found: dict[str, list[str]] = {}
-    streams: dict[str, str] = {}
-    for output in outputs:
-        if output["output_type"] == "stream":
-            streams[output["name"]] = streams.get(output["name"], "") + "".join(output["text"])
-        elif output["output_type"] == "error":
-            found.setdefault("error", []).append(f"{output['ename']}: {output['evalue']}")
-        elif not NOT_COMPARED & output["data"].keys():
-            for mime, value in output["data"].items():
-                found.setdefault(mime, []).append(value if isinstance(value, str) else "".join(value))
-    for name, text in streams.items():
-        found[name] = [text]
+    for output in coalesce_streams(outputs):  # one output per stream name, as nbval joins them
+        if output.output_type == "stream":
+            found[output.name] = [output.text]
+        elif output.output_type == "error":
+            found.setdefault("error", []).append(f"{output.ename}: {output.evalue}")
+        elif not NOT_COMPARED & output.data.keys():
+            for mime, value in output.data.items():
+                found.setdefault(mime, []).append(value if isinstance(value, str) else str(value))
     for texts in found.values():
         for i, text in enumerate(texts):
             for pattern, replacement in patterns:
@@ -60,7 +60,8 @@ def comparable(outputs: list[dict], patterns: list[tuple[re.Pattern, str]]) -> d
 def differences(stored: dict, executed: dict, limit: int = 600) -> list[str]:
     """Where ``executed``'s outputs differ from ``stored``'s (two notebooks as loaded from JSON), cell by cell."""
     patterns = sanitize_patterns()
-    pairs = list(zip(stored["cells"], executed["cells"], strict=True))
+    stored, executed = (rejoin_lines(nbformat.from_dict(notebook)) for notebook in (stored, executed))  # as read
+    pairs = list(zip(stored.cells, executed.cells, strict=True))
     found = []
     for index, (old, new) in enumerate(pairs):
         if old["cell_type"] != "code" or _ignored(old):

@@ -19,16 +19,16 @@ def _in_a_rank(fn, *args):
 
 def _activations():
     model, x = models.mlp(8, 16, 4, depth=2), torch.randn(5, 8)
-    return {p: (mx.activation_bytes(model, x, p), mx.saved_bytes(model, x, p)) for p in mx.PRECISIONS}
+    return {p: mx.saved_bytes(model, x, p) for p in mx.PRECISIONS}
 
 
 def test_autocast_keeps_half_the_activation_bytes_and_adds_16_bit_weight_copies():
     kept = _in_a_rank(_activations)
-    assert kept["bfloat16"][0] * 2 == kept["float32"][0] and kept["float16"] == kept["bfloat16"]
+    assert kept["bfloat16"]["activations"] * 2 == kept["float32"]["activations"] and kept["float16"] == kept["bfloat16"]
     # activations: x (5 x 8) and two hidden layers (5 x 16), 4 bytes each in float32
-    assert kept["float32"][1] == {"activations": 4 * (5 * 8 + 2 * 5 * 16), "weight_copies": 0}
+    assert kept["float32"] == {"activations": 4 * (5 * 8 + 2 * 5 * 16), "weight_copies": 0}
     # the copies of the weights whose inputs need a gradient (not the first layer's): 16 x 16 and 4 x 16
-    assert kept["bfloat16"][1] == {"activations": 2 * (5 * 8 + 2 * 5 * 16), "weight_copies": 2 * (16 * 16 + 4 * 16)}
+    assert kept["bfloat16"] == {"activations": 2 * (5 * 8 + 2 * 5 * 16), "weight_copies": 2 * (16 * 16 + 4 * 16)}
 
 
 def test_bfloat16_and_float16_with_loss_scaling_train_like_float32():
@@ -55,10 +55,10 @@ def test_matmul_seconds_are_positive():
 
 
 @pytest.mark.parametrize(("call", "error", "name"), [
-    (lambda: mx.activation_bytes("model", None), TypeError, "model"),
+    (lambda: mx.saved_bytes("model", None), TypeError, "model"),
     (lambda: mx.saved_bytes(models.mlp(2, 2, 2), [1.0]), TypeError, "x"),
-    (lambda: mx.activation_bytes(models.mlp(2, 2, 2), [1.0]), TypeError, "x"),
     (lambda: mx.train_digits("int8", steps=1, lr=0.1), ValueError, "precision"),
+    (lambda: mx.matmul_seconds("int8"), ValueError, "precision"),
     (lambda: mx.train_digits("float32", steps=0, lr=0.1), ValueError, "steps"),
     (lambda: mx.train_digits("float32", steps=1, lr=0.0), ValueError, "lr"),
     (lambda: mx.train_digits("float32", steps=1, lr=0.1, device="tpu"), ValueError, "device"),
