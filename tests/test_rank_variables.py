@@ -1,0 +1,45 @@
+import pytest
+
+from dpedu.rank_variables import torch_variables
+
+
+@pytest.mark.parametrize("environ, launcher, rank, size, local", [
+    ({"RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "0"}, "torchrun", "2", "4", "0"),
+    ({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1"}, "Open MPI",
+     "3", "4", "1"),
+    ({"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1"}, "MPICH", "1", "2", "1"),
+    ({"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1"}, "Slurm", "5", "8", "1"),
+    ({"PMI_RANK": "1", "PMI_SIZE": "2"}, "MPICH", "1", "2", "1"),  # no local rank: one node
+])
+def test_each_launchers_variables_become_torchs(environ, launcher, rank, size, local):
+    name, variables = torch_variables(environ, master_port=1234)
+    assert name == launcher
+    assert variables == {"RANK": rank, "WORLD_SIZE": size, "LOCAL_RANK": local, "MASTER_ADDR": "127.0.0.1",
+                         "MASTER_PORT": "1234"}
+
+
+def test_torchrun_inside_srun_wins_over_slurm():
+    name, variables = torch_variables({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "SLURM_PROCID": "0",
+                                       "SLURM_NTASKS": "2", "MASTER_ADDR": "node1", "MASTER_PORT": "29500"})
+    assert name == "torchrun" and variables["RANK"] == "3" and variables["MASTER_ADDR"] == "node1"
+    assert variables["MASTER_PORT"] == "29500"
+
+
+def test_the_jobs_own_master_port_wins_over_the_argument():
+    _, variables = torch_variables({"PMI_RANK": "0", "PMI_SIZE": "2", "MASTER_PORT": "4000"}, master_port=1)
+    assert variables["MASTER_PORT"] == "4000"
+
+
+def test_no_launcher_is_a_clear_error():
+    with pytest.raises(ValueError, match="no launcher's rank variables found.*PMI_RANK"):
+        torch_variables({"HOME": "/root"}, master_port=1)
+
+
+def test_a_rank_outside_the_world_is_refused():
+    with pytest.raises(ValueError, match="PMI_RANK=2 is not a rank of PMI_SIZE=2"):
+        torch_variables({"PMI_RANK": "2", "PMI_SIZE": "2"}, master_port=1)
+
+
+def test_a_missing_port_is_named():
+    with pytest.raises(ValueError, match="MASTER_PORT is not set"):
+        torch_variables({"PMI_RANK": "0", "PMI_SIZE": "2"})
