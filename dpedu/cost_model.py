@@ -25,7 +25,13 @@ import torch.distributed as dist
 
 from dpedu._validate import real, whole
 
-__all__ = ["time_all_reduce", "time_side_by_side", "fit_alpha_beta", "ring_time"]
+__all__ = ["time_all_reduce", "time_side_by_side", "fit_alpha_beta", "ring_time", "LINK_BANDWIDTH"]
+
+# Published bandwidths per direction, in bytes per second (lessons 04 and 08 cite them):
+# NVLink: 900 GB/s in total per H100 SXM GPU, both directions together (NVIDIA H100 Tensor Core GPU
+# datasheet); InfiniBand NDR: 400 Gb/s per port (NVIDIA ConnectX-7 and Quantum-2 product briefs);
+# Ethernet: the line rates of the IEEE 802.3 standards.
+LINK_BANDWIDTH = {"NVLink (H100)": 450e9, "InfiniBand NDR": 50e9, "100 GbE": 12.5e9, "10 GbE": 1.25e9}
 
 
 def time_all_reduce(sizes_in_bytes: Sequence[int], repeats: int = 5,
