@@ -29,6 +29,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=32, help="examples per rank per step")
     parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--show-env", action="store_true", help="print the variables torchrun set in each rank")
     args = parser.parse_args()
 
     local_rank = int(os.environ["LOCAL_RANK"])
@@ -42,6 +43,8 @@ def main() -> None:
     torch.set_num_threads(1)
     try:
         rank, world_size = dist.get_rank(), dist.get_world_size()
+        if args.show_env:
+            show_torchrun_variables()
         state = ddp.train(steps=args.steps, batch_size=args.batch_size, lr=args.lr, device=device)
         identical = ddp.same_parameters_on_every_rank(state)
         if rank == 0:  # one rank reports, or every line would be printed world_size times
@@ -55,6 +58,19 @@ def main() -> None:
                   f"test accuracy {accuracy:.3f}, replicas identical: {identical}")
     finally:
         dist.destroy_process_group()
+
+
+TORCHRUN_VARIABLES = ("RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                      "MASTER_PORT")
+
+
+def show_torchrun_variables() -> None:
+    """Rank 0 prints what torchrun told each rank, in rank order (each rank's own print would interleave)."""
+    mine = " ".join(f"{name}={os.environ[name]}" for name in TORCHRUN_VARIABLES)
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    if dist.get_rank() == 0:
+        print("\n".join(everyone))
 
 
 if __name__ == "__main__":
