@@ -1,0 +1,58 @@
+"""Checks for lesson 08's exercises: torchrun's numbering, launcher variables, and what a link costs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from dpedu._validate import whole
+from dpedu.cost_model import LINK_BANDWIDTH, ring_time
+from dpedu.exercises import close, verdict
+from dpedu.rank_variables import torch_variables
+
+
+def global_rank(nproc_per_node: int, group_rank: int, local_rank: int, answer: int) -> bool:
+    """Which ``RANK`` does torchrun give worker ``local_rank`` of node ``group_rank``, with
+    ``nproc_per_node`` workers per node? (Part 1 asserts the rule on torchrun's own output.)"""
+    whole("nproc_per_node", nproc_per_node)
+    whole("group_rank", group_rank, minimum=0)
+    whole("local_rank", local_rank, minimum=0, maximum=nproc_per_node - 1)
+    truth = group_rank * nproc_per_node + local_rank
+    return verdict(answer == truth, "nodes are numbered first, and each node holds LOCAL_WORLD_SIZE ranks")
+
+
+# What each launcher sets in a process it starts, and a few it does not; the last one has no launcher
+_ENVIRONMENTS = (
+    {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1"},
+    {"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1", "HOME": "/home/me"},
+    {"SLURM_PROCID": "6", "SLURM_NTASKS": "8", "SLURM_LOCALID": "2", "SLURM_NNODES": "2"},
+    {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "SLURM_PROCID": "1", "SLURM_NTASKS": "2"},
+)
+
+
+def rank_and_size(my_function: Callable[[dict[str, str]], tuple[int, int]]) -> bool:
+    """Does ``my_function(environ) -> (rank, world_size)`` read the rank and the world size that
+    torchrun, Open MPI, MPICH or Slurm set, as ``dpedu.rank_variables`` does (torchrun first)?"""
+    if not callable(my_function):
+        raise TypeError(f"my_function must be a function of the environment, got {my_function!r}")
+    for environ in _ENVIRONMENTS:
+        _, variables = torch_variables(environ, master_port=29500)
+        truth = (int(variables["RANK"]), int(variables["WORLD_SIZE"]))
+        try:
+            answer = my_function(dict(environ))
+        except Exception as error:  # noqa: BLE001 - a learner's bug is an answer to show, not a crash
+            return verdict(False, f"for {environ} your function raised {type(error).__name__}: {error}")
+        if answer != truth:
+            return verdict(False, f"for {environ} it returned {answer!r}, expected {truth} (as ints)")
+    return verdict(True, "")
+
+
+def bucket_milliseconds(link: str, world_size: int, answer: float) -> bool:
+    """How many milliseconds does the α-β model's bandwidth term give for all-reducing one 25 MB bucket
+    (25 · 2**20 bytes) in a ring of ``world_size`` ranks over ``link`` (a key of ``LINK_BANDWIDTH``)?
+    Within 2 %."""
+    if link not in LINK_BANDWIDTH:
+        raise ValueError(f"link must be one of {sorted(LINK_BANDWIDTH)}, got {link!r}")
+    whole("world_size", world_size, minimum=2)
+    truth = ring_time(25 * 2**20, 0.0, 1 / LINK_BANDWIDTH[link], world_size) * 1e3
+    return verdict(close(answer, truth, 0.02), "each rank sends 2(p - 1)/p of the bucket, at the link's "
+                                              "bandwidth in bytes per second; the answer is in ms")

@@ -1,0 +1,40 @@
+import pytest
+
+from dpedu.exercises import lesson08
+
+
+def test_global_rank_follows_torchruns_numbering():
+    assert lesson08.global_rank(4, 2, 3, 11)
+    assert not lesson08.global_rank(4, 2, 3, 7)
+    with pytest.raises(ValueError, match="local_rank"):
+        lesson08.global_rank(4, 0, 4, 4)
+
+
+def _right(environ):
+    for rank, size in (("RANK", "WORLD_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+                       ("PMI_RANK", "PMI_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
+        if rank in environ:
+            return int(environ[rank]), int(environ[size])
+
+
+def _slurm_first(environ):
+    for rank, size in (("SLURM_PROCID", "SLURM_NTASKS"), ("RANK", "WORLD_SIZE"),
+                       ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE")):
+        if rank in environ:
+            return int(environ[rank]), int(environ[size])
+
+
+def test_rank_and_size_accepts_a_right_mapping_and_catches_wrong_ones(capsys):
+    assert lesson08.rank_and_size(_right)
+    assert not lesson08.rank_and_size(_slurm_first)  # torchrun inside srun: its RANK is the right one
+    assert not lesson08.rank_and_size(lambda environ: (environ["RANK"], environ["WORLD_SIZE"]))  # raises
+    assert "KeyError" in capsys.readouterr().out
+    with pytest.raises(TypeError, match="my_function"):
+        lesson08.rank_and_size(3)
+
+
+def test_bucket_milliseconds_uses_the_ring_and_the_cited_bandwidth():
+    assert lesson08.bucket_milliseconds("10 GbE", 8, 2 * 7 / 8 * 25 * 2**20 / 1.25e9 * 1e3)
+    assert not lesson08.bucket_milliseconds("10 GbE", 8, 25 * 2**20 / 1.25e9 * 1e3)  # one copy of the bucket
+    with pytest.raises(ValueError, match="link must be one of"):
+        lesson08.bucket_milliseconds("Wi-Fi", 8, 1.0)
