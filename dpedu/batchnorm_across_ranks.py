@@ -24,7 +24,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from dpedu._validate import real, tensor, whole
 from dpedu.datasets import digits
-from dpedu.ddp import _epochs
+from dpedu.ddp import batches_from
 from dpedu.environment import gpu_count
 from dpedu.launcher import launch
 from dpedu.sync_batchnorm import SyncBatchNorm
@@ -97,7 +97,7 @@ def train(*, steps: int, batch_size: int, lr: float, ddp: bool = True, norm: str
     seed_random_streams(seed, same_random_stream)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     losses, running = [], []
-    for x, y in itertools.islice(_epochs(loader, 0), steps):  # set_epoch: a new shuffle, the same on every rank
+    for x, y in itertools.islice(batches_from(loader, 0), steps):  # set_epoch: a new shuffle, the same on every rank
         if augment:
             x, _ = shift(x)
         loss = F.cross_entropy(model(x), y, reduction=reduction)

@@ -89,7 +89,7 @@ def train(*, steps: int, batch_size: int, lr: float, ddp: bool = True, reduction
     opt = torch.optim.SGD(parameters, lr=lr) if optimizer == "sgd" else torch.optim.Adam(parameters, lr=lr)
     if state is not None:
         opt.load_state_dict(state["optimizer"])
-    batches = _epochs(loader, start_step)  # resumes at the same place in the data
+    batches = batches_from(loader, start_step)  # resumes at the same place in the data
     for _ in range(steps):
         x, y = (t.to(device) for t in next(batches))
         opt.zero_grad(set_to_none=True)
@@ -115,7 +115,7 @@ def _on_cpu(state: Any) -> Any:
     return state
 
 
-def _epochs(loader: DataLoader, start_step: int) -> Iterator[list[torch.Tensor]]:
+def batches_from(loader: DataLoader, start_step: int) -> Iterator[list[torch.Tensor]]:
     """The loader's batches, epoch after epoch, starting at batch ``start_step`` of the whole run.
 
     ``set_epoch`` reseeds the sampler's shuffle: without it every epoch repeats the first one's order.

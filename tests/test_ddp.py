@@ -38,7 +38,7 @@ def test_resuming_from_a_state_continues_the_same_run_across_epochs():
 
 def test_each_epoch_is_shuffled_anew():
     loader = ddp.digits_loader(256, num_replicas=1, rank=0)
-    batches = ddp._epochs(loader, start_step=0)
+    batches = ddp.batches_from(loader, start_step=0)
     first_epoch = [next(batches)[1] for _ in range(len(loader))]
     second_epoch = [next(batches)[1] for _ in range(len(loader))]
     assert not all(a.equal(b) for a, b in zip(first_epoch, second_epoch, strict=True))

@@ -58,7 +58,7 @@ def train(args: argparse.Namespace, attempt: int) -> tuple[nn.Module, int]:
     # No RNG state is saved: nothing here draws random numbers after the model is built. Each step's
     # batch depends only on the step number and the rank (the sampler reshuffles with set_epoch), so
     # the resumed run replays exactly the batches the failed one saw.
-    batches = ddp._epochs(ddp.digits_loader(args.batch_size), start)
+    batches = ddp.batches_from(ddp.digits_loader(args.batch_size), start)
     wrapped = DDP(model)  # a collective: every rank has read the checkpoint before rank 0 can overwrite it
     for step in range(start, args.steps):
         if attempt == 0 and rank == args.kill_rank and step == args.kill_at_step:
