@@ -81,7 +81,9 @@ def draw_course_map(path: str | Path | None = None, written: Iterable[int] | Non
     ax.set_xlim(-0.1, 10.4)
     ax.set_ylim(-1.75, 1.2)
     ax.set_axis_off()
-    ax.set_title("dpedu: ten lessons from one process to many (dashed: not yet written)", fontsize=13)
+    missing = {lesson.number for lesson in LESSONS} - written
+    ax.set_title("dpedu: ten lessons from one process to many" + (" (dashed: not yet written)" if missing else ""),
+                 fontsize=13)
     if path is not None:
         fig.savefig(path, dpi=120, bbox_inches="tight")
     return fig
