@@ -17,7 +17,8 @@ The lessons import the rest from the module of its concept, each readable in one
 ``collectives``, ``cost_model``, ``mini_ddp``, ``ddp_timing``, ``compression``, ``data_parallel``, ``ddp``,
 ``hogwild``, ``training``, ``least_squares``, ``staleness``, ``noise_scale``, ``noisy_quadratic``, ``datasets``,
 ``models``, ``notebook``, ``plotting``, ``course``, ``diagrams``, ``sync_batchnorm``, ``batchnorm_across_ranks``,
-``model_parallel``, ``pipeline``, ``zero_memory``, ``mixed_precision``, ``parallelism_plan`` (lesson 09)
+``rank_variables``, ``slurm``, ``troubleshooting``, ``checkpoints`` (lesson 08), ``model_parallel``, ``pipeline``,
+``zero_memory``, ``mixed_precision``, ``parallelism_plan`` (lesson 09)
 and ``exercises.lessonNN``. Their training loops share one convention: what is trained, then the loss and
 the data, then every setting by keyword.
 """

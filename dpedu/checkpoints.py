@@ -35,6 +35,11 @@ def save_atomically(state: dict[str, Any], path: str | os.PathLike[str]) -> None
     # In the same directory, so that the rename below stays on one file system: only there is it atomic.
     descriptor, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
     try:
+        # mkstemp makes the file readable by its owner only; a checkpoint on shared storage must be readable
+        # as torch.save's own file would be: as the umask allows (reading the umask means setting it).
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)
         with os.fdopen(descriptor, "wb") as file:
             torch.save(state, file)
             file.flush()  # from Python's buffer to the operating system...

@@ -52,6 +52,8 @@ def unavailable_reason() -> str | None:
     if missing:
         return (f"Slurm is not installed ({', '.join(missing)} not found): as root on Debian/Ubuntu, "
                 "`apt-get install slurm-wlm`")
+    if (os.cpu_count() or 1) < 2:
+        return "lesson 08's batch job runs 2 ranks with a CPU each, and this machine has 1 CPU"
     if os.geteuid() != 0:
         return "starting Slurm's daemons needs root: run the notebook as root, e.g. in a container"
     return None
@@ -152,7 +154,8 @@ class LocalCluster:
     def sbatch(self, script: str | os.PathLike, *args: str, cwd: str | os.PathLike | None = None,
                env: Mapping[str, str] | None = None, timeout: float = 120.0) -> Job:
         """Submit ``script ARGS`` from ``cwd`` (default: here; relative paths in the job start there) and
-        wait until the job has ended, in any state. ``env`` is added to the job's environment.
+        wait until the job has ended, in any state. ``env`` is added to the job's environment. The job's
+        output file is written into the cluster's temporary directory and returned as ``Job.output``.
 
         sbatch's refusal raises RuntimeError with its message. A job not ended after ``timeout`` s is
         cancelled and TimeoutError names it; on Ctrl-C it is cancelled too."""
@@ -169,7 +172,10 @@ class LocalCluster:
         real("timeout", timeout, above=0)
         start = time.monotonic()
         with InterruptGuard() as interrupts:
-            submitted = self._client("sbatch", "--parsable", str(Path(script).resolve()), *args, cwd=workdir, env=env)
+            # The output file goes to the cluster's directory, whatever the script's --output says, so that a
+            # run leaves nothing behind in the course's folders.
+            submitted = self._client("sbatch", "--parsable", f"--output={self.directory / '%x-%j.out'}",
+                                     str(Path(script).resolve()), *args, cwd=workdir, env=env)
             if submitted.returncode != 0:
                 raise RuntimeError(f"sbatch refused {script}: {submitted.stderr.strip()}")
             job_id = int(submitted.stdout.strip().split(";")[0])  # "id" or "id;cluster"

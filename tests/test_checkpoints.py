@@ -120,3 +120,12 @@ def test_arbitrary_objects_are_not_unpickled(tmp_path):
     torch.save({"step": 1, "callback": print}, path)  # what weights_only refuses to load
     with pytest.raises(Exception, match="[Ww]eights only load failed|Unsupported global"):
         load_checkpoint(path)
+
+
+def test_a_checkpoint_is_readable_as_the_umask_allows_not_only_by_its_owner(tmp_path):
+    old = os.umask(0o022)
+    try:
+        save_atomically({"step": 1}, tmp_path / "shared.pt")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "shared.pt").stat().st_mode & 0o777 == 0o644  # as torch.save's own file would be

@@ -33,7 +33,15 @@ def test_unavailable_reason_says_root_is_needed(monkeypatch):
     monkeypatch.setattr(slurm.os, "geteuid", lambda: 1000)
     assert "needs root" in unavailable_reason()
     monkeypatch.setattr(slurm.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(slurm.os, "cpu_count", lambda: 2)
     assert unavailable_reason() is None
+
+
+def test_unavailable_reason_says_one_cpu_is_too_few(monkeypatch):
+    monkeypatch.setattr(slurm.sys, "platform", "linux")
+    monkeypatch.setattr(slurm, "_program", everything_found)
+    monkeypatch.setattr(slurm.os, "cpu_count", lambda: 1)
+    assert "has 1 CPU" in unavailable_reason()
 
 
 def test_unavailable_reason_says_linux_is_needed(monkeypatch):
@@ -103,7 +111,7 @@ def test_srun_and_sbatch_run_and_nothing_outlives_the_cluster(tmp_path):
     assert steps.returncode == 0 and sorted(steps.stdout.splitlines()) == ["task 0 of 2", "task 1 of 2"]
     assert (job.state, job.exit_code) == ("COMPLETED", 0)
     assert job.output.startswith(f"hello world from job {job.job_id}\n")
-    assert Path(job.output_path) == tmp_path / f"hello-{job.job_id}.out"
+    assert Path(job.output_path).parent == cluster.directory and not list(tmp_path.glob("*.out"))  # none left here
     assert len(processes) >= 3 and all(gone_within(p) for p in processes)
     assert slurm._processes_of(conf) == [] and not directory.exists()
 

@@ -22,10 +22,12 @@ def global_rank(nproc_per_node: int, group_rank: int, local_rank: int, answer: i
 
 # What each launcher sets in a process it starts, and a few it does not; the last one has no launcher
 _ENVIRONMENTS = (
-    {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1"},
-    {"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1", "HOME": "/home/me"},
-    {"SLURM_PROCID": "6", "SLURM_NTASKS": "8", "SLURM_LOCALID": "2", "SLURM_NNODES": "2"},
-    {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "SLURM_PROCID": "1", "SLURM_NTASKS": "2"},
+    {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+     "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "MASTER_ADDR": "node1"},
+    {"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2", "HOME": "/home/me"},
+    {"SLURM_PROCID": "6", "SLURM_NTASKS": "8", "SLURM_LOCALID": "2", "SLURM_NNODES": "2", "MASTER_ADDR": "node1"},
+    {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "SLURM_PROCID": "1",
+     "SLURM_NTASKS": "2", "SLURM_LOCALID": "1"},
 )
 
 
@@ -47,12 +49,12 @@ def rank_and_size(my_function: Callable[[dict[str, str]], tuple[int, int]]) -> b
 
 
 def bucket_milliseconds(link: str, world_size: int, answer: float) -> bool:
-    """How many milliseconds does the α-β model's bandwidth term give for all-reducing one 25 MB bucket
-    (25 · 2**20 bytes) in a ring of ``world_size`` ranks over ``link`` (a key of ``LINK_BANDWIDTH``)?
-    Within 2 %."""
+    """How many milliseconds does the α-β model's bandwidth term give for all-reducing one 25 MiB bucket
+    (25 · 2**20 bytes, DDP's ``bucket_cap_mb=25``) in a ring of ``world_size`` ranks over ``link`` (a key
+    of ``LINK_BANDWIDTH``)? Within 2 %."""
     if link not in LINK_BANDWIDTH:
         raise ValueError(f"link must be one of {sorted(LINK_BANDWIDTH)}, got {link!r}")
     whole("world_size", world_size, minimum=2)
     truth = ring_time(25 * 2**20, 0.0, 1 / LINK_BANDWIDTH[link], world_size) * 1e3
-    return verdict(close(answer, truth, 0.02), "each rank sends 2(p - 1)/p of the bucket, at the link's "
-                                              "bandwidth in bytes per second; the answer is in ms")
+    return verdict(close(answer, truth, 0.02), "each rank sends 2(p - 1)/p of the bucket (25 MiB = 25 · 2**20 "
+                                              "bytes), at the link's bandwidth in bytes per second; in ms")
