@@ -22,20 +22,23 @@ from dpedu._processes import signal_group
 
 
 class RankFailedError(RuntimeError):
-    """A rank raised or died. ``rank`` names it; ``remote_traceback`` is its own traceback."""
+    """A rank raised or died. ``rank`` names it; ``remote_traceback`` is its own traceback; ``signal`` is
+    the name of the signal that killed it ("SIGSEGV", ...), or None when it raised or exited."""
 
-    def __init__(self, rank: int, summary: str, remote_traceback: str = "", context: str = ""):
+    def __init__(self, rank: int, summary: str, remote_traceback: str = "", context: str = "",
+                 signal: str | None = None):
         self.rank = rank
         self.summary = summary
         self.remote_traceback = remote_traceback
         self.context = context
+        self.signal = signal
         message = f"rank {rank} failed: {summary}" + (f"\n{context}" if context else "")
         if remote_traceback:
             message += f"\n\n--- traceback in rank {rank} ---\n{remote_traceback.rstrip()}"
         super().__init__(message)
 
     def __reduce__(self):
-        return type(self), (self.rank, self.summary, self.remote_traceback, self.context)
+        return type(self), (self.rank, self.summary, self.remote_traceback, self.context, self.signal)
 
 
 class LaunchTimeoutError(TimeoutError):
@@ -82,12 +85,13 @@ def died(process: BaseProcess, rank: int) -> RankFailedError:
     signal_group(process.pid, signal.SIGKILL, leader_exited=True)  # its children; the group is still its own
     process.join(1.0)
     code = process.exitcode
-    how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
+    killed_by = signal.Signals(-code).name if code is not None and code < 0 else None
+    how = f"signal {killed_by}" if killed_by else f"exit code {code}"
     hint = ""
     if code == 1:  # the usual cause outside a notebook: a script whose ranks re-run its top level
         hint = ("if it was started by spawn or forkserver from a script, guard the script's top level with "
                 "`if __name__ == \"__main__\":` (the rank's own error went to the terminal)")
-    return RankFailedError(rank, f"the process ended ({how}) without returning a result", "", hint)
+    return RankFailedError(rank, f"the process ended ({how}) without returning a result", "", hint, killed_by)
 
 
 def where_stuck(processes: list[BaseProcess], ranks: list[int], logdir: str) -> dict[int, str]:

@@ -54,9 +54,7 @@ def observe(fn: Callable[..., Any], world_size: int = 2, args: Sequence[Any] = (
     with contextlib.redirect_stdout(captured), contextlib.redirect_stderr(captured):
         try:
             results = launch(fn, world_size, args, timeout=timeout)
-        except RankFailedError as exc:
-            error = exc
-        except LaunchTimeoutError as exc:
+        except (RankFailedError, LaunchTimeoutError) as exc:
             error = exc
     seconds = time.perf_counter() - start
     if error is None:
@@ -64,7 +62,7 @@ def observe(fn: Callable[..., Any], world_size: int = 2, args: Sequence[Any] = (
     elif isinstance(error, LaunchTimeoutError):
         ending, message = "hung", str(error)
     else:
-        ending = "crashed" if "(signal " in error.summary else "raised"
+        ending = "crashed" if error.signal else "raised"
         message = f"rank {error.rank}: {error.summary}"
     message = "\n".join(readable(message).splitlines()[:error_lines])
     return Outcome(ending, seconds, message, readable(captured.getvalue()), results)

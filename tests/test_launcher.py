@@ -6,6 +6,7 @@ not speed measurements: those live in benchmarks/.
 
 import multiprocessing as mp
 import os
+import pickle
 import signal
 import socket
 import subprocess
@@ -169,9 +170,11 @@ def kill_itself():
 def test_a_rank_that_dies_silently_is_reported():
     with pytest.raises(RankFailedError, match="exit code 3") as info:
         launch(exit_without_result, 2, args=(3,), timeout=30)
-    assert info.value.rank == 1
-    with pytest.raises(RankFailedError, match="SIGKILL"):
+    assert info.value.rank == 1 and info.value.signal is None
+    with pytest.raises(RankFailedError, match="SIGKILL") as info:
         launch(kill_itself, 2, timeout=30)
+    assert info.value.signal == "SIGKILL"
+    assert pickle.loads(pickle.dumps(info.value)).signal == "SIGKILL"
 
 
 def start_grandchild_then_fail(pidfile):
