@@ -50,21 +50,24 @@ def digits_loader(batch_size: int, *, seed: int = 0, num_replicas: int | None = 
 
 
 def train(*, steps: int, batch_size: int, lr: float, ddp: bool = True, reduction: str = "mean",
-          accumulation: int = 1, no_sync: bool = True, optimizer: str = "sgd", seed: int = 0, start_step: int = 0,
+          accumulation: int = 1, no_sync: bool = True, optimizer: str = "sgd", momentum: float = 0.0,
+          seed: int = 0, start_step: int = 0,
           state: dict[str, Any] | None = None, comm_hook: Callable | None = None, comm_state: object = None,
           device: str | torch.device = "cpu") -> dict[str, Any]:
     """Train the digits MLP for ``steps`` optimizer steps of ``batch_size`` examples per rank.
 
     Epoch after epoch, each reshuffled with ``sampler.set_epoch``, so ``steps`` may exceed an epoch.
     ``accumulation > 1`` splits each batch into that many micro-batches and, with ``no_sync``,
-    all-reduces only after the last one. ``state`` (from an earlier return value) and ``start_step``
-    resume training where it stopped. Returns the model and optimizer state dicts, on the CPU.
+    all-reduces only after the last one. ``momentum`` is SGD's. ``state`` (from an earlier return value)
+    and ``start_step`` resume training where it stopped. Returns the model and optimizer state dicts, on
+    the CPU.
     """
     whole("steps", steps, minimum=0)
     whole("batch_size", batch_size)
     real("lr", lr, above=0)
     whole("accumulation", accumulation)
     whole("start_step", start_step, minimum=0)
+    real("momentum", momentum, at_least=0)
     if reduction not in ("mean", "sum"):
         raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
     if optimizer not in ("sgd", "adam"):
@@ -86,7 +89,8 @@ def train(*, steps: int, batch_size: int, lr: float, ddp: bool = True, reduction
         if comm_hook is not None:
             model.register_comm_hook(comm_state, comm_hook)
     parameters = model.parameters()
-    opt = torch.optim.SGD(parameters, lr=lr) if optimizer == "sgd" else torch.optim.Adam(parameters, lr=lr)
+    opt = (torch.optim.SGD(parameters, lr=lr, momentum=momentum) if optimizer == "sgd"
+           else torch.optim.Adam(parameters, lr=lr))
     if state is not None:
         opt.load_state_dict(state["optimizer"])
     batches = batches_from(loader, start_step)  # resumes at the same place in the data

@@ -25,56 +25,48 @@ import sys
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
-from torch import nn
-from torch.nn.parallel import DistributedDataParallel as DDP
 
 # Importing dpedu.ddp also imports torch._dynamo before the process group exists; a script without it
 # can abort at exit after using DDP (the note in dpedu/ddp.py says why).
 from dpedu import ddp
 from dpedu.checkpoints import load_checkpoint, save_atomically
-from dpedu.models import mlp
 
 
-def train(args: argparse.Namespace, attempt: int) -> tuple[nn.Module, int]:
-    """Train from the last checkpoint (or from scratch) to step ``args.steps``; return the model and the
-    step it resumed from. The DDP wrapper is freed on return, before the process group is destroyed:
-    freed later, it would destroy the group itself and can deadlock with gloo's threads at exit."""
+def train(args: argparse.Namespace, attempt: int) -> tuple[dict, int]:
+    """Train from the last checkpoint (or from scratch) to step ``args.steps``, checkpointing on the way;
+    return the final state (model and optimizer) and the step it resumed from.
+
+    ``ddp.train`` runs each stretch between two stops: it rebuilds the model and the optimizer from the
+    state and reads the batches from that step on, so stopping and resuming changes nothing in the result.
+    No RNG state is saved: nothing draws random numbers after the model is built, and each step's batch
+    depends only on the step number and the rank (the sampler reshuffles with set_epoch)."""
     rank = dist.get_rank()
-    model = mlp(64, 32, 10, seed=0)
-    # Momentum: the optimizer has state of its own, which a checkpoint must hold as well as the model.
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
-    start = 0
     # Every rank reads the same file (on several machines, a shared file system), so all start alike.
-    checkpoint = load_checkpoint(args.checkpoint)
-    if checkpoint is not None:
-        model.load_state_dict(checkpoint["model"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        start = checkpoint["step"]
-        if rank == 0:
-            print(f"attempt {attempt}: resuming from the checkpoint of step {start}", flush=True)
+    # ddp.train's DDP wrapper broadcasts from rank 0 before the first step: every rank has read the
+    # checkpoint before rank 0 can overwrite it.
+    state = load_checkpoint(args.checkpoint)
+    start = 0 if state is None else state["step"]
+    if state is not None and rank == 0:
+        print(f"attempt {attempt}: resuming from the checkpoint of step {start}", flush=True)
     if start > args.steps:
         raise SystemExit(f"the checkpoint is at step {start}, beyond --steps {args.steps}")
-    # No RNG state is saved: nothing here draws random numbers after the model is built. Each step's
-    # batch depends only on the step number and the rank (the sampler reshuffles with set_epoch), so
-    # the resumed run replays exactly the batches the failed one saw.
-    batches = ddp.batches_from(ddp.digits_loader(args.batch_size), start)
-    wrapped = DDP(model)  # a collective: every rank has read the checkpoint before rank 0 can overwrite it
-    for step in range(start, args.steps):
+    stops = {*range(args.checkpoint_every, args.steps, args.checkpoint_every), args.steps}
+    if args.kill_at_step is not None and args.kill_at_step < args.steps:
+        stops.add(args.kill_at_step)
+    step = start
+    for stop in sorted(s for s in stops if s > start):
         if attempt == 0 and rank == args.kill_rank and step == args.kill_at_step:
             os.kill(os.getpid(), signal.SIGKILL)  # a crash: no exception, no clean-up, no message
-        x, y = next(batches)
-        optimizer.zero_grad(set_to_none=True)
-        F.cross_entropy(wrapped(x), y).backward()
-        optimizer.step()
-        done = step + 1
-        if done % args.checkpoint_every == 0:
+        # Momentum: the optimizer has state of its own, which a checkpoint must hold as well as the model.
+        state = ddp.train(steps=stop - step, batch_size=args.batch_size, lr=args.lr, momentum=args.momentum,
+                          state=state, start_step=step)
+        step = stop
+        if step % args.checkpoint_every == 0:
             if rank == 0:
-                save_atomically({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": done},
-                                args.checkpoint)
+                save_atomically({**state, "step": step}, args.checkpoint)
             # No rank goes on before the checkpoint is on disk: a failure from here on resumes from it.
             dist.barrier()
-    return model, start
+    return state, start
 
 
 def main() -> None:
@@ -102,11 +94,11 @@ def main() -> None:
     dist.init_process_group("gloo")  # reads the variables torchrun set
     torch.set_num_threads(1)
     try:
-        model, start = train(args, attempt)
-        identical = ddp.same_parameters_on_every_rank({"model": model.state_dict()})
+        state, start = train(args, attempt)
+        identical = ddp.same_parameters_on_every_rank(state)
         if dist.get_rank() == 0:
             if args.final:
-                save_atomically(model.state_dict(), args.final)
+                save_atomically(state["model"], args.final)
             print(f"attempt {attempt}: resumed from step {start}, ran {args.steps - start} steps, "
                   f"finished at step {args.steps}, replicas identical: {identical}", flush=True)
     finally:
