@@ -15,6 +15,37 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class LiveProcess:
+    """A process that is running (not a zombie), as ``/proc/PID/stat`` shows it."""
+
+    pid: int
+    parent: int
+    session: int
+    name: str  # the command's name, cut to 15 characters by the kernel
+
+
+def live_processes() -> list[LiveProcess]:
+    """Every live process on this machine, read from /proc (Linux; elsewhere an empty list)."""
+    proc = Path("/proc")
+    found = []
+    for entry in proc.iterdir() if proc.is_dir() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        # "pid (name) state parent group session ...": the name may itself hold spaces and parentheses
+        name, rest = stat.split("(", 1)[1].rsplit(")", 1)
+        state, parent, _, session = rest.split()[:4]
+        if state != "Z":
+            found.append(LiveProcess(int(entry.name), int(parent), int(session), name))
+    return found
 
 
 def signal_group(pid: int, sig: int, leader_exited: bool = False) -> None:

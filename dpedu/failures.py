@@ -12,13 +12,14 @@ import os
 import re
 import signal
 import time
+from contextlib import suppress
 from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import torch
 
-from dpedu._processes import signal_group
+from dpedu._processes import live_processes, signal_group
 
 
 class RankFailedError(RuntimeError):
@@ -139,15 +140,12 @@ def leftover_processes(pid: int | None = None) -> list[int]:
 
         return [p.pid for p in multiprocessing.active_children()] if root == os.getpid() else []
     table = []
-    for entry in Path("/proc").iterdir():
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            table.append((int(entry.name), int(fields[1]), fields[0], (entry / "cmdline").read_bytes()))
-        except (OSError, ValueError, IndexError):  # not a process, or gone meanwhile
-            continue
+    for process in live_processes():
+        with suppress(OSError):  # gone meanwhile
+            table.append((process.pid, process.parent, Path(f"/proc/{process.pid}/cmdline").read_bytes()))
     found, parents = [], {root}
     while parents:
-        children = [(p, command) for p, parent, state, command in table if parent in parents and state != "Z"]
+        children = [(p, command) for p, parent, command in table if parent in parents]
         found += [p for p, command in children if not any(helper in command for helper in _HELPERS)]
         parents = {p for p, _ in children}
     return found

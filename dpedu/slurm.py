@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from dpedu._processes import InterruptGuard, stop_groups
+from dpedu._processes import InterruptGuard, live_processes, stop_groups
 from dpedu._validate import real
 from dpedu.commands import Finished, _has_exited, run_together
 from dpedu.rendezvous import free_port, loopback_interface
@@ -247,18 +247,12 @@ def _processes_of(conf: str) -> list[int]:
     names it (slurmd passes it to slurmstepd; slurmstepd and sbatch to every task, torchrun to its ranks),
     and every process in a session of such a slurmstepd (it starts each job's tasks in its own session)."""
     marker, table = f"SLURM_CONF={conf}".encode(), []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                stat = (entry / "stat").read_text()
-                state, _, _, session = stat.rsplit(")", 1)[1].split()[:4]
-                marked = marker in (entry / "environ").read_bytes().split(b"\0")
-            except (OSError, ValueError):  # gone meanwhile
-                continue
-            if state != "Z":
-                table.append((int(entry.name), int(session), marked, stat.split("(", 1)[1].startswith("slurmstepd")))
-    sessions = {session for _, session, marked, stepd in table if marked and stepd}
-    return [pid for pid, session, marked, _ in table if marked or session in sessions]
+    for process in live_processes():
+        if process.pid != os.getpid():
+            with suppress(OSError):  # gone meanwhile
+                table.append((process, marker in Path(f"/proc/{process.pid}/environ").read_bytes().split(b"\0")))
+    sessions = {process.session for process, marked in table if marked and process.name.startswith("slurmstepd")}
+    return [process.pid for process, marked in table if marked or process.session in sessions]
 
 
 @contextmanager

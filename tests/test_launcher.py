@@ -415,3 +415,14 @@ def test_no_signal_goes_to_a_pid_that_is_no_longer_a_rank(method, monkeypatch):
     with pytest.raises(RankFailedError, match="exit code 3"):
         launch(exit_without_result, 2, args=(3,), timeout=30, start_method=method)
     assert [(pid, sig) for pid, sig, existed in sent if not existed] == []
+
+
+def test_live_processes_lists_this_process_with_its_parent_and_session_but_no_zombie():
+    from dpedu._processes import live_processes
+
+    zombie = subprocess.Popen(["true"])
+    assert gone_within(zombie.pid)  # exited: a zombie until it is reaped below
+    me = next(p for p in live_processes() if p.pid == os.getpid())
+    assert (me.parent, me.session) == (os.getppid(), os.getsid(0)) and me.name.startswith("python")
+    assert zombie.pid not in {p.pid for p in live_processes()}
+    zombie.wait()
