@@ -1,8 +1,9 @@
 """Inside one rank started by ``dpedu.launch``: set up like torchrun, run ``fn``, report back.
 
-The parent learns the outcome through a pipe (a pickled ``("ok", result)`` or ``("error", ...)``)
-and the rank's printed output through two files, so that it can show each rank's output labelled
-and in rank order whatever the start method.
+The parent learns through a pipe when the rank has started (``("started", None)``: torch imported, the
+function unpickled, the process group joined) and then the outcome (a pickled ``("ok", result)`` or
+``("error", ...)``), and the rank's printed output through two files, so that it can show each rank's
+output labelled and in rank order whatever the start method.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import torch.distributed as dist
 # stops a stuck rank first, with its own error, instead of racing torch's.
 GROUP_TIMEOUT_MARGIN = 10.0
 PORT_TAKEN = "port taken"  # the report of a rank 0 that could not listen on MASTER_PORT
+STARTED = "started"  # sent once the rank is set up and in its process group, just before fn runs
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,7 @@ def run_rank(spec: RankSpec, payload: bytes, report: Any) -> None:
                 raise
             _report(report, cloudpickle.dumps((PORT_TAKEN, None)))  # launch tries again on another port
             os._exit(0)
+        report.send_bytes(cloudpickle.dumps((STARTED, None)))  # launch's timeout counts from here
         result = fn(*args)
         try:
             message = cloudpickle.dumps(("ok", result))

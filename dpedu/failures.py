@@ -43,16 +43,24 @@ class RankFailedError(RuntimeError):
 
 
 class LaunchTimeoutError(TimeoutError):
-    """Some ranks did not finish within ``timeout``; ``unfinished`` lists them, ``where`` where each was."""
+    """Some ranks did not finish within ``timeout`` of every rank's start (or, with ``starting``, did not
+    start within the start-up limit); ``unfinished`` lists them, ``where`` where each was."""
 
-    def __init__(self, unfinished: list[int], timeout: float, where: dict[int, str], finished: list[int]):
-        self.unfinished, self.where, self.finished = unfinished, where, finished
-        lines = [f"rank(s) {unfinished} did not finish within timeout={timeout:g} s and were stopped."]
+    def __init__(self, unfinished: list[int], timeout: float, where: dict[int, str], finished: list[int],
+                 starting: bool = False):
+        self.unfinished, self.where, self.finished, self.starting = unfinished, where, finished, starting
+        if starting:
+            lines = [f"rank(s) {unfinished} did not start within {timeout:g} s and were stopped: starting is "
+                     "importing torch and what the function needs, then joining the process group. The machine "
+                     "may be overloaded, or a rank may be waiting for peers that never came."]
+        else:
+            lines = [f"rank(s) {unfinished} did not finish within timeout={timeout:g} s and were stopped."]
         lines += [f"  rank {rank} was {where[rank]}" for rank in unfinished if rank in where]
         if finished:
             lines.append(f"  rank(s) {finished} had already finished.")
-        lines.append("A rank in a collective that its peers never join (or join in another order) waits for the "
-                     "process group's timeout; launch stops it at its own deadline, a little earlier.")
+        if not starting:
+            lines.append("A rank in a collective that its peers never join (or join in another order) waits for "
+                         "the process group's timeout; launch stops it at its own deadline, a little earlier.")
         super().__init__("\n".join(lines))
 
 

@@ -45,6 +45,9 @@ __all__ = ["launch"]
 
 _BACKENDS = ("gloo", "nccl")  # mpi needs ranks started by mpirun (lesson 08), not by launch
 _PORT_TRIES = 3
+# Seconds a rank may take to start (import torch and what fn needs, join the process group) before
+# ``timeout`` begins. Generous: a spawned rank on a loaded classroom server can take tens of seconds.
+START_UP_LIMIT = 120.0
 _said_why: set[str] = set()
 
 
@@ -111,9 +114,11 @@ def launch(
 
     Raises ``RankFailedError`` (naming the rank, carrying its traceback) as soon as a rank fails,
     and ``LaunchTimeoutError`` (saying where each unfinished rank was) when ranks are still running
-    after ``timeout`` seconds. In every case, Ctrl-C included, all child processes are stopped and
-    reaped before this returns, within a few seconds. Seed inside ``fn``: ranks that are not forked
-    from the caller do not inherit its random state.
+    ``timeout`` seconds after every rank has started, or have not started within ``START_UP_LIMIT``
+    seconds (starting is importing torch and joining the process group: milliseconds when forked,
+    seconds under spawn, and not the function's fault). In every case, Ctrl-C included, all child
+    processes are stopped and reaped before this returns, within a few seconds. Seed inside ``fn``:
+    ranks that are not forked from the caller do not inherit its random state.
     """
     payload = _check_arguments(fn, world_size, args, timeout, backend, threads_per_rank, stream)
     backend = _default_backend(backend, world_size)
@@ -121,17 +126,16 @@ def launch(
     if why_not_fork and why_not_fork not in _said_why and not os.environ.get("DPEDU_QUIET"):
         _said_why.add(why_not_fork)  # once per reason; environment_report() says it too
         print(f"dpedu.launch: starting ranks with {method!r}, not 'fork', because {why_not_fork}.", file=sys.stderr)
-    deadline = time.monotonic() + timeout
     for _ in range(_PORT_TRIES):
         try:
-            return _run(payload, world_size, backend, method, timeout, deadline, threads_per_rank, stream)
+            return _run(payload, world_size, backend, method, timeout, threads_per_rank, stream)
         except _PortTaken:
             continue  # every rank was stopped; start them again on another port
     raise RuntimeError(f"the rendezvous port was taken by another program {_PORT_TRIES} times in a row")
 
 
-def _run(payload: bytes, world_size: int, backend: str, method: str, timeout: float, deadline: float,
-         threads: int, stream: bool) -> list[Any]:
+def _run(payload: bytes, world_size: int, backend: str, method: str, timeout: float, threads: int,
+         stream: bool) -> list[Any]:
     """One attempt at a launch, on one rendezvous port."""
     ctx = context(method)
     # The whole environment, as it is now: a forkserver's ranks would otherwise see the server's, frozen
@@ -157,7 +161,7 @@ def _run(payload: bytes, world_size: int, backend: str, method: str, timeout: fl
                 writer.close()
                 processes.append(p)
                 readers.append(reader)
-            results = _collect(processes, readers, outputs, deadline, timeout, stream, interrupts, logdir)
+            results = _collect(processes, readers, outputs, timeout, stream, interrupts, logdir)
             finished_ok = True
         finally:  # success: let the ranks tear down their groups; otherwise stop everything now
             _stop(processes, exit_grace=5.0 if finished_ok else 0.0)
@@ -180,29 +184,46 @@ def _stop(processes: Sequence[BaseProcess], exit_grace: float = 0.0) -> None:
             p.close()
 
 
-def _collect(processes, readers, outputs, deadline, timeout, stream, interrupts, logdir) -> list[Any]:
-    """Wait for every rank's report; fail fast on the first error, a silent death or the deadline."""
+def _collect(processes, readers, outputs, timeout, stream, interrupts, logdir) -> list[Any]:
+    """Wait for every rank's report; fail fast on the first error, a silent death or a deadline.
+
+    Two deadlines: ``START_UP_LIMIT`` until every rank has said it started, then ``timeout`` from that
+    moment, so that a slow start (spawn, a cold forkserver, a loaded machine) never eats into the
+    function's own time, and a hang is always reported from inside the function.
+    """
     results: list[Any] = [None] * len(processes)
     pending = {reader: rank for rank, reader in enumerate(readers)}
     sentinels = {p.sentinel: rank for rank, p in enumerate(processes)}
+    started: set[int] = set()
     finished: list[int] = []
+    deadline = time.monotonic() + START_UP_LIMIT
     while pending:
         interrupts.check()  # Ctrl-C becomes KeyboardInterrupt here, and only here
         left = deadline - time.monotonic()
         if left <= 0:
             unfinished = sorted(pending.values())
-            raise LaunchTimeoutError(unfinished, timeout, where_stuck(processes, unfinished, logdir), finished)
+            where = where_stuck(processes, unfinished, logdir)
+            if len(started) < len(processes):
+                raise LaunchTimeoutError(sorted(set(unfinished) - started), START_UP_LIMIT, where, finished,
+                                         starting=True)
+            raise LaunchTimeoutError(unfinished, timeout, where, finished)
         ready = wait(list(pending) + [s for s, r in sentinels.items() if r in pending.values()],
                      timeout=min(left, 0.05))
         if stream:
             _rank.show_outputs(outputs, final=False)
         errors = []
         for reader in [r for r in ready if r in pending]:
-            rank = pending.pop(reader)
+            rank = pending[reader]
             try:
                 status, value = pickle.loads(reader.recv_bytes())
             except EOFError:  # the pipe closed with no report: the rank died
                 raise died(processes[rank], rank) from None
+            if status == _rank.STARTED:
+                started.add(rank)
+                if len(started) == len(processes):
+                    deadline = time.monotonic() + timeout
+                continue
+            del pending[reader]
             if status == _rank.PORT_TAKEN:
                 raise _PortTaken
             if status == "error":
@@ -225,12 +246,15 @@ def _collect(processes, readers, outputs, deadline, timeout, stream, interrupts,
 
 
 def _reports_sent(pending: dict) -> dict[int, tuple[str, Any]]:
-    """The reports already waiting in the pipes of ``pending`` ranks, read without blocking."""
+    """The final reports already waiting in the pipes of ``pending`` ranks, read without blocking."""
     reports = {}
     for reader, rank in pending.items():
         try:
-            if reader.poll():
-                reports[rank] = pickle.loads(reader.recv_bytes())
+            while reader.poll():
+                status, value = pickle.loads(reader.recv_bytes())
+                if status != _rank.STARTED:
+                    reports[rank] = (status, value)
+                    break
         except (EOFError, OSError):  # closed without a report: the rank died
             pass
     return reports
