@@ -28,6 +28,7 @@ import torch._dynamo  # noqa: F401 - before any process group exists: see the no
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.distributed.tensor import DTensor
@@ -110,21 +111,26 @@ def _batch(rank: int, step: int, size: int = 8) -> tuple[torch.Tensor, torch.Ten
     return torch.randn(size, 16, generator=generator), torch.randn(size, 4, generator=generator)
 
 
-def train(kind: str, *, steps: int, lr: float = 1e-2) -> dict:
+def train(kind: str, *, steps: int, lr: float = 1e-2, device: str | torch.device = "cpu") -> dict:
     """Inside ranks: train ``mlp()`` with Adam for ``steps`` steps under ``kind`` ("ddp", "zero1" or
-    "fsdp"), each rank on its own batches. Returns the whole trained parameters, the bytes this rank
-    holds after the last step (``held_bytes``), the collectives' bytes of the last step (``traffic``)
-    and, for ZeRO-1, the shapes of the parameters whose optimizer state this rank owns."""
+    "fsdp"), each rank on its own batches, on ``device`` (the CPU, or this rank's GPU under nccl).
+    Returns the whole trained parameters (on the CPU), the bytes this rank holds after the last step
+    (``held_bytes``), the collectives' bytes of the last step (``traffic``) and, for ZeRO-1, the shapes
+    of the parameters whose optimizer state this rank owns."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     whole("steps", steps)
     real("lr", lr, above=0)
-    model, owned = mlp(), None
+    device = torch.device(device)
+    model, owned = mlp().to(device), None
     if kind == "fsdp":
+        # The mesh names the device the ranks use. Left out, FSDP2 builds one on the accelerator torch was
+        # *built* for: "cuda" on PyPI's default Linux build even without a GPU, so CPU ranks would fail.
+        mesh = init_device_mesh(device.type, (dist.get_world_size(),))
         for layer in model:
             if isinstance(layer, nn.Linear):
-                fully_shard(layer)  # each layer's parameters all-gathered just for its forward and backward
-        fully_shard(model)
+                fully_shard(layer, mesh=mesh)  # each layer's parameters all-gathered just for its forward and backward
+        fully_shard(model, mesh=mesh)
         wrapped, optimizer = model, torch.optim.Adam(model.parameters(), lr=lr)
     else:  # gradients as views of DDP's buckets: else DDP keeps a second copy of every gradient
         wrapped = DDP(model, gradient_as_bucket_view=True)
@@ -135,11 +141,11 @@ def train(kind: str, *, steps: int, lr: float = 1e-2) -> dict:
             optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=lr)
             owned = [tuple(p.shape) for group in optimizer.optim.param_groups for p in group["params"]]
     for step in range(steps):
-        x, y = _batch(dist.get_rank(), step)
+        x, y = (t.to(device) for t in _batch(dist.get_rank(), step))
         optimizer.zero_grad()
         with traffic() as sent:
             nn.functional.mse_loss(wrapped(x), y).backward()
             optimizer.step()
     held = held_bytes(model, optimizer)
-    params = [p.full_tensor() if isinstance(p, DTensor) else p.detach().clone() for p in model.parameters()]
+    params = [(p.full_tensor() if isinstance(p, DTensor) else p.detach()).cpu().clone() for p in model.parameters()]
     return {"params": params, "held": held, "traffic": dict(sent), "owned": owned}
