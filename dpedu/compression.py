@@ -3,9 +3,12 @@
 A DDP communication hook gets each gradient bucket and decides what to send. torch ships
 ``fp16_compress_hook`` (send the bucket in float16: half the bytes) and ``powerSGD_hook`` (send a low-rank
 approximation of each gradient matrix, with error feedback; Vogels et al. 2019, arXiv:1905.13727), both of
-which run on gloo. Its ``bf16_compress_hook`` insists on CUDA and NCCL, although gloo all-reduces
-bfloat16 tensors fine (DDP refuses any hook *named* ``bf16_compress_hook`` on them): ``bf16_allreduce_hook``
-below is the same idea in ten lines.
+which run on gloo. Its ``bf16_compress_hook`` is accepted by DDP only from a torch *built* with CUDA 11+ and
+NCCL 2.10+ (or XPU and XCCL): DDP checks the hook's *name* against how torch was built, not the group's
+backend nor whether a GPU is present. So the CPU-only build (and macOS's) refuses it on a gloo group,
+although gloo all-reduces bfloat16 fine, while PyPI's default Linux build accepts it there even without a
+GPU. ``bf16_allreduce_hook`` below is the same idea in ten lines, under a name DDP does not check, on
+every build.
 """
 
 from __future__ import annotations
