@@ -75,3 +75,13 @@ def test_traffic_counts_only_inside_its_block():
 def test_bad_arguments_are_refused_by_name(call, error, name):
     with pytest.raises(error, match=name):
         call()
+
+
+def test_fsdp_shards_on_the_ranks_device_even_where_torch_was_built_for_cuda(monkeypatch):
+    # PyPI's default Linux build names cuda as its accelerator with no GPU present; FSDP2 builds its default
+    # mesh from that answer. Forked ranks inherit the fake: train must not depend on it.
+    monkeypatch.setattr(torch._C, "_get_accelerator", lambda *args: torch.device("cuda"))
+    runs = launch(lambda: zm.train("fsdp", steps=2), 2, start_method="fork")
+    reference = launch(lambda: zm.train("ddp", steps=2), 2, start_method="fork")
+    for got, want in zip(runs[0]["params"], reference[0]["params"], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
