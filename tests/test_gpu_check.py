@@ -1,47 +1,79 @@
 """dpedu.gpu_check on a machine without GPUs: its no-GPU path for real, its machinery with faked checks.
 
-The checks themselves need GPUs; what can be shown here is that a run reports every check on its line,
-goes on after a failure, exits non-zero on one, records what passed, and reads torch's words right.
+The checks themselves need GPUs. What is shown here: a run reports every check on its line, goes on after
+a failure, exits non-zero on one, records what passed; the pieces that read torch's and the script's words
+read them right; and the checks that can run without a GPU (or with what torch reports faked) do.
 """
 
+import json
 import subprocess
 import sys
 
 import pytest
+import torch
+import torch.distributed as dist
 
-from dpedu import gpu_check
+from dpedu import gpu_check, launch
+from dpedu.environment import GPU, EnvironmentReport
 from dpedu.failures import RankFailedError
 
 
 def test_without_a_gpu_it_says_so_and_exits_0():
     if gpu_check.gpu_count():
         pytest.skip("this machine has GPUs: ./course check-gpu runs the checks for real")
-    run = subprocess.run([sys.executable, "-m", "dpedu.gpu_check", "--no-notebooks"], capture_output=True,
-                         text=True, timeout=120)
+    run = subprocess.run([sys.executable, "-m", "dpedu.gpu_check"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
-    assert "No GPU here" in run.stdout and "torch.distributed backends" in run.stdout
+    assert "torch.distributed backends" in run.stdout  # the environment report
+    assert "No GPU here" in run.stdout and "faking what torch reports" in run.stdout
+    assert "PASS" not in run.stdout and "FAIL" not in run.stdout
+
+
+def test_help_names_the_options(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        gpu_check.main(["--help"])
+    assert stopped.value.code == 0
+    assert "--no-notebooks" in capsys.readouterr().out
+
+
+def test_the_checks_run_in_the_documented_order():
+    assert [name for name, _ in gpu_check.CHECKS] == [
+        "environment", "cuda-after-parent-init", "nccl-all-reduce", "torchrun-train_ddp", "ddp-on-gpus",
+        "data-parallel", "sync-batchnorm", "fsdp2", "float16-gradscaler", "notebooks"]
+    assert set(gpu_check.RECORDED) < {name for name, _ in gpu_check.CHECKS}
 
 
 def passes():
-    return "measured 1.0e-07 (tolerance 1e-4)"
+    return "max |difference| 1.0e-07 (tolerance 1e-4)"
 
 
 def fails():
-    gpu_check.expect(False, "measured 3.0e-02 (tolerance 1e-4)\nthe details")
+    gpu_check.expect(False, "max |difference| 3.0e-02 (tolerance 1e-4)\nthe details")
 
 
 def crashes():
     raise RuntimeError("CUDA error: out of memory")
 
 
-def test_one_line_per_check_a_failure_does_not_stop_the_next(capsys):
+def test_one_line_per_check_and_a_failure_does_not_stop_the_next(capsys):
     outcomes = gpu_check.run_checks([("first", passes), ("second", fails), ("third", crashes), ("fourth", passes)])
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[:2] for line in lines if not line.startswith(" ")] == [
         ["PASS", "first"], ["FAIL", "second"], ["FAIL", "third"], ["PASS", "fourth"]]
-    assert lines[0].endswith("s)") and "measured 1.0e-07 (tolerance 1e-4)" in lines[0]
-    assert "      the details" in lines  # a failure's further lines, indented under it
-    assert outcomes["third"] == (False, "RuntimeError: CUDA error: out of memory")
+    assert lines[0].startswith("PASS  first") and lines[0].endswith(" s)")
+    assert "max |difference| 1.0e-07 (tolerance 1e-4)" in lines[0]
+    assert lines[2] == "      the details"  # a failure's reason, indented under its line
+    assert outcomes["third"][0] is False and outcomes["third"][1].startswith("RuntimeError: CUDA error: out of memory")
+    assert "in crashes" in outcomes["third"][1]  # where it was raised
+
+
+def test_a_long_reason_shows_its_first_and_last_lines(capsys):
+    def long():
+        raise gpu_check.CheckFailed("\n".join(f"line {i}" for i in range(40)))
+
+    gpu_check.run_checks([("long", long)])
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.strip() for line in lines[1:]] == ["line 1", "line 2", "line 3", "line 4", "...",
+                                                    *(f"line {i}" for i in range(30, 40))]
 
 
 def test_the_exit_code_says_whether_a_check_failed(monkeypatch, capsys):
@@ -50,29 +82,103 @@ def test_the_exit_code_says_whether_a_check_failed(monkeypatch, capsys):
     assert gpu_check.main([]) == 1
     assert capsys.readouterr().out.splitlines()[-1] == "1 passed, 1 failed: notebooks"
     assert gpu_check.main(["--no-notebooks"]) == 0
+    assert "notebooks" not in capsys.readouterr().out  # skipped, not run
 
 
-def test_what_passed_is_recorded_and_read_back(tmp_path, monkeypatch):
-    monkeypatch.setattr(gpu_check, "gpu_count", lambda: 0)  # no device names to read here
+def fake_report(**changes) -> EnvironmentReport:
+    fields = dict(python="3.11", torch=torch.__version__, system="Linux x86_64", cpu_cores=16,
+                  gpus=(GPU(0, "Fake GPU", 80.0),), backends={"gloo": True, "nccl": True, "mpi": False},
+                  start_method="forkserver", start_method_why="this machine has 1 GPU(s)")
+    return EnvironmentReport(**{**fields, **changes})
+
+
+def test_the_environment_check_reads_the_report(monkeypatch, capsys):
+    monkeypatch.setattr(gpu_check, "gpu_count", lambda: 1)
+    monkeypatch.setattr(gpu_check, "environment_report", fake_report)
+    assert gpu_check.check_environment() == "1 GPU(s) (Fake GPU), nccl available, ranks start from a forkserver"
+    assert "GPU 0: Fake GPU, 80.0 GiB" in capsys.readouterr().out  # the report is printed
+    for changes, reason in [({"start_method": "fork"}, "start by fork"), ({"gpus": ()}, "lists 0 GPU"),
+                            ({"backends": {"gloo": True, "nccl": False}}, "no nccl"),
+                            ({"gpus": (GPU(0, "unusable by torch: driver too old", 0.0),)}, "cannot use")]:
+        monkeypatch.setattr(gpu_check, "environment_report", lambda changes=changes: fake_report(**changes))
+        with pytest.raises(gpu_check.CheckFailed, match=reason):
+            gpu_check.check_environment()
+
+
+def test_what_passed_is_recorded_merged_and_read_back(tmp_path):
     path = tmp_path / "gpu_recorded.json"
-    assert gpu_check.recorded("fsdp2", path) is None
-    gpu_check.record({"fsdp2": (True, "within 2.0e-07"), "float16-gradscaler": (False, "off by 0.5")}, path)
+    assert gpu_check.recorded("fsdp2", path) is None  # no file yet
+    gpu_check.record({"fsdp2": (True, "within 2.0e-07"), "float16-gradscaler": (False, "off by 0.5"),
+                      "environment": (True, "1 GPU(s)")}, path, gpu="Fake GPU")
     entry = gpu_check.recorded("fsdp2", path)
-    assert entry["text"] == "within 2.0e-07" and entry["torch"] and entry["date"]
+    assert entry == {"gpu": "Fake GPU", "torch": torch.__version__, "date": entry["date"], "text": "within 2.0e-07"}
     assert gpu_check.recorded("float16-gradscaler", path) is None  # only what passed
+    assert gpu_check.recorded("environment", path) is None  # only the GPU measurements a notebook can show
+    gpu_check.record({"sync-batchnorm": (True, "gap 1e-07")}, path, gpu="2 x Other GPU")
+    assert set(json.loads(path.read_text())) == {"fsdp2", "sync-batchnorm"}  # each entry says where it ran
+    assert gpu_check.recorded("sync-batchnorm", path)["gpu"] == "2 x Other GPU"
+
+
+def test_record_option_writes_the_file(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(gpu_check, "gpu_count", lambda: 1)
+    monkeypatch.setattr(gpu_check, "environment_report", fake_report)  # the GPU's name comes from the report
+    monkeypatch.setattr(gpu_check, "RECORD", tmp_path / "gpu_recorded.json")
+    monkeypatch.setattr(gpu_check, "CHECKS", [("fsdp2", passes), ("data-parallel", fails)])
+    assert gpu_check.main(["--record"]) == 1
+    assert gpu_check.recorded("fsdp2", tmp_path / "gpu_recorded.json")["gpu"] == "Fake GPU"
+    assert gpu_check.recorded("data-parallel", tmp_path / "gpu_recorded.json") is None
 
 
 def test_train_ddp_result_is_read_from_rank_0s_line():
     line = ("2 rank(s) on cpu:gloo,cuda:nccl, 10 steps of 2 x 32 examples: parameter checksum -0.83063, "
             "test accuracy 0.443, replicas identical: True\n")
-    assert gpu_check.train_ddp_result(line) == (-0.83063, True)
+    assert gpu_check.train_ddp_result("torchrun's notes\n" + line) == ("cpu:gloo,cuda:nccl", -0.83063, True)
+    assert gpu_check.train_ddp_result(line.replace("True", "False").replace("cpu:gloo,cuda:nccl", "gloo"))[::2] == (
+        "gloo", False)
     with pytest.raises(gpu_check.CheckFailed, match="printed no result"):
         gpu_check.train_ddp_result("Traceback ...")
 
 
-def test_the_forked_control_recognises_torchs_refusal_only():
-    refusal = RankFailedError(0, "RuntimeError: Cannot re-initialize CUDA in forked subprocess. To use CUDA "
-                                 "with multiprocessing, you must use the 'spawn' start method")
-    assert gpu_check.is_forked_cuda_error(refusal)
+def test_without_the_repository_the_script_check_fails_saying_so(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(gpu_check, "ROOT", tmp_path)
+    gpu_check.run_checks([("torchrun-train_ddp", gpu_check.check_torchrun_train_ddp),
+                          ("notebooks", gpu_check.check_notebooks)])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("FAIL  torchrun-train_ddp") and "notebooks/train_ddp.py is not here" in lines[0]
+    assert lines[1].startswith("FAIL  notebooks") and "notebooks/00_welcome.ipynb is not here" in lines[1]
+
+
+def _forked_after_cuda() -> str:
+    torch.cuda._is_in_bad_fork = lambda: True  # what torch reports in a child forked after cuInit
+    return torch.cuda.get_device_name()
+
+
+def test_the_forked_control_recognises_torchs_own_refusal():
+    with pytest.raises(RankFailedError) as refused:  # torch's words, as this torch raises them in a rank
+        launch(_forked_after_cuda, 1)
+    assert gpu_check.is_forked_cuda_error(refused.value)
     assert not gpu_check.is_forked_cuda_error(RankFailedError(0, "RuntimeError: CUDA error: invalid device"))
     assert not gpu_check.is_forked_cuda_error(RuntimeError(gpu_check.FORKED_CUDA))  # not from a rank
+
+
+def _sums_as_nccl_would(noisy: bool) -> tuple[int, float, float]:
+    if noisy:
+        print("NCCL WARN something", file=sys.stderr)
+    return dist.get_rank(), 3.0, 3.0
+
+
+@pytest.mark.parametrize("noisy", [False, True])
+def test_the_all_reduce_check_fails_on_anything_ranks_print_on_stderr(monkeypatch, noisy):
+    monkeypatch.setattr(gpu_check, "gpu_count", lambda: 2)  # two gloo ranks stand in for the nccl ones
+    monkeypatch.setattr(gpu_check, "launch", lambda fn, n, backend: launch(_sums_as_nccl_would, n, args=(noisy,)))
+    if noisy:
+        with pytest.raises(gpu_check.CheckFailed, match=r"printed on stderr.*\n\[rank 0\] NCCL WARN something"):
+            gpu_check.check_nccl_all_reduce()
+    else:
+        assert "sums both 3" in gpu_check.check_nccl_all_reduce()
+
+
+def test_the_sync_batchnorm_check_runs_on_cpu_ranks_without_a_gpu():
+    if gpu_check.gpu_count():
+        pytest.skip("this machine has GPUs")
+    assert "dpedu.SyncBatchNorm on 2 CPU ranks" in gpu_check.check_sync_batchnorm()  # lesson 07's CPU path
