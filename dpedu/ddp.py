@@ -145,6 +145,11 @@ def counting_allreduce() -> tuple[Callable, list[int]]:
     return hook, calls
 
 
+def parameter_checksum(state: dict[str, Any]) -> float:
+    """The sum of every parameter in float64: one number that train_ddp.py prints and lessons compare."""
+    return sum(v.double().sum().item() for v in state["model"].values())
+
+
 def same_parameters_on_every_rank(state: dict[str, Any]) -> bool:
     """True when every rank holds bit-identical parameters (compared through an all-gather)."""
     flat = torch.cat([v.flatten().double() for v in state["model"].values()])

@@ -52,7 +52,7 @@ def main() -> None:
             model.load_state_dict(state["model"])
             test = digits()
             accuracy = (model(test.X_test).argmax(1) == test.y_test).double().mean().item()
-            checksum = sum(v.double().sum().item() for v in state["model"].values())
+            checksum = ddp.parameter_checksum(state)
             print(f"{world_size} rank(s) on {dist.get_backend()}, {args.steps} steps of "
                   f"{world_size} x {args.batch_size} examples: parameter checksum {checksum:.5f}, "
                   f"test accuracy {accuracy:.3f}, replicas identical: {identical}")
