@@ -18,9 +18,9 @@ import torch
 import torch.distributed as dist
 
 from dpedu import launch
-from dpedu.collectives import ring_all_reduce
-from dpedu.cost_model import time_side_by_side
-from dpedu.ddp_timing import VERSIONS, step_times
+from dpedu.data_parallel.collectives import ring_all_reduce
+from dpedu.data_parallel.cost_model import time_side_by_side
+from dpedu.data_parallel.ddp_timing import VERSIONS, step_times
 
 SIZES = (2**10, 2**16, 2**20, 2**22, 2**24, 2**26)  # bytes: 1 KB to 64 MB
 

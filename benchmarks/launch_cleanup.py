@@ -16,7 +16,7 @@ import threading
 import time
 
 from dpedu import LaunchTimeoutError, launch
-from dpedu.failures import leftover_processes
+from dpedu.runtime.failures import leftover_processes
 
 
 def hang() -> None:

@@ -4,6 +4,9 @@ Public API (stable names that notebooks and outside checks rely on):
 - ``launch``: run a function on several ranks from a notebook cell (lesson 00 on).
 - ``RankFailedError``, ``LaunchTimeoutError``: what ``launch`` raises when a rank fails or hangs.
 - ``free_port``: a free local port for a rendezvous (lesson 03's torchrun cells).
+- ``run_together``: run several commands at once (torchrun agents, mpirun), none left behind (lessons 03, 08).
+- ``leftover_processes``: the live processes a cell left behind, to assert there are none.
+- ``gpu_count``: how many GPUs torch can use, counted without initialising CUDA.
 - ``ring_all_reduce``: all-reduce written from point-to-point messages, the ring (lesson 04).
 - ``MiniDDP``: DistributedDataParallel from scratch, gradient buckets overlapped with backward (lesson 04).
 - ``environment_report``: versions, cores, GPUs, distributed backends, and how ranks start here.
@@ -12,28 +15,35 @@ Public API (stable names that notebooks and outside checks rely on):
 - ``SyncBatchNorm``: BatchNorm over the global batch of all ranks, written with all-reduce (lesson 07).
 - ``use_course_style``: the course's matplotlib style.
 
-The lessons import the rest from the module of its concept, each readable in one sitting:
-``launcher`` (``start_methods``, ``rendezvous``, ``failures``), ``commands`` (torchrun/mpirun from a cell),
-``collectives``, ``cost_model``, ``mini_ddp``, ``ddp_timing``, ``compression``, ``data_parallel``, ``ddp``,
-``hogwild``, ``training``, ``least_squares``, ``staleness``, ``noise_scale``, ``noisy_quadratic``, ``datasets``,
-``models``, ``notebook``, ``plotting``, ``course``, ``diagrams``, ``sync_batchnorm``, ``batchnorm_across_ranks``,
-``rank_variables``, ``slurm``, ``troubleshooting``, ``checkpoints`` (lesson 08), ``model_parallel``, ``pipeline``,
-``zero_memory``, ``mixed_precision``, ``parallelism_plan`` (lesson 09)
-and ``exercises.lessonNN``. Their training loops share one convention: what is trained, then the loss and
-the data, then every setting by keyword.
+The rest lives in one folder per part of the course, each module named for its concept and readable in
+one sitting (each package's docstring lists its modules):
+- ``sgd``: lessons 01, 05, 06; ``data_parallel``: lessons 02, 03, 04, 07; ``cluster``: lesson 08;
+  ``beyond``: lesson 09. These content packages never import one another.
+- ``runtime``: how ranks and commands are started, supervised and reaped (what every lesson uses, none teaches);
+  ``notebook``: ``show_source``, explorers, plotting, the course map.
+- At the top: ``datasets`` and ``models`` (what every part trains on), ``exercises.lessonNN`` (the exercises'
+  checks), ``gpu_check`` (``./course check-gpu``).
+
+Training functions come in two shapes. A *trainer* takes what is trained, then the loss and the data, then
+every setting by keyword (``sgd.training.train``, ``sgd.hogwild.train``). An *experiment* builds its own
+model and data, so it takes only settings by keyword, or first the one thing it compares
+(``data_parallel.digits_ddp.train``, ``data_parallel.equivalence.train``, ``beyond.zero_memory.train(kind)``,
+``beyond.mixed_precision.train_digits(precision)``, ``beyond.model_parallel.train``).
 """
 
-from dpedu.collectives import ring_all_reduce
-from dpedu.environment import environment_report
-from dpedu.failures import LaunchTimeoutError, RankFailedError
-from dpedu.launcher import launch
-from dpedu.mini_ddp import MiniDDP
-from dpedu.noise_scale import simple_noise_scale, two_batch_noise_scale
-from dpedu.plotting import use_course_style
-from dpedu.rendezvous import free_port
-from dpedu.staleness import delayed_gd
-from dpedu.sync_batchnorm import SyncBatchNorm
+from dpedu.data_parallel.collectives import ring_all_reduce
+from dpedu.data_parallel.mini_ddp import MiniDDP
+from dpedu.data_parallel.sync_batchnorm import SyncBatchNorm
+from dpedu.notebook.plotting import use_course_style
+from dpedu.runtime.commands import run_together
+from dpedu.runtime.environment import environment_report
+from dpedu.runtime.failures import LaunchTimeoutError, RankFailedError, leftover_processes
+from dpedu.runtime.launcher import launch
+from dpedu.runtime.rendezvous import free_port
+from dpedu.runtime.start_methods import gpu_count
+from dpedu.sgd.noise_scale import simple_noise_scale, two_batch_noise_scale
+from dpedu.sgd.staleness import delayed_gd
 
-__all__ = ["launch", "RankFailedError", "LaunchTimeoutError", "free_port", "ring_all_reduce", "MiniDDP",
-           "environment_report", "use_course_style", "delayed_gd", "simple_noise_scale", "two_batch_noise_scale",
-           "SyncBatchNorm"]
+__all__ = ["launch", "RankFailedError", "LaunchTimeoutError", "free_port", "run_together", "leftover_processes",
+           "gpu_count", "ring_all_reduce", "MiniDDP", "environment_report", "use_course_style", "delayed_gd",
+           "simple_noise_scale", "two_batch_noise_scale", "SyncBatchNorm"]

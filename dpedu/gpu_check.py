@@ -33,17 +33,18 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from dpedu import ddp, zero_memory
-from dpedu.batchnorm_across_ranks import batchnorm_step, sync_batchnorm_on_this_machine
-from dpedu.data_parallel import forward_on_gpus, replication_cost, wrap
+from dpedu.beyond import zero_memory
+from dpedu.beyond.mixed_precision import train_digits
+from dpedu.data_parallel import digits_ddp
+from dpedu.data_parallel.equivalence import batchnorm_step, sync_batchnorm_on_this_machine
+from dpedu.data_parallel.nn_data_parallel import forward_on_gpus, replication_cost, wrap
 from dpedu.datasets import digits
-from dpedu.environment import environment_report, gpu_count
-from dpedu.failures import RankFailedError
-from dpedu.launcher import launch
-from dpedu.mixed_precision import train_digits
-from dpedu.models import mlp
-from dpedu.rendezvous import loopback_interface
-from dpedu.training import largest_difference
+from dpedu.models import largest_difference, mlp
+from dpedu.runtime import start_methods
+from dpedu.runtime.environment import environment_report
+from dpedu.runtime.failures import RankFailedError
+from dpedu.runtime.launcher import launch
+from dpedu.runtime.rendezvous import loopback_interface
 
 ROOT = Path(__file__).resolve().parents[1]  # the course's repository, when dpedu is used from it
 RECORD = ROOT / "notebooks" / "gpu_recorded.json"
@@ -78,7 +79,8 @@ def check_environment() -> str:
     print(report)
     names = [gpu.name for gpu in report.gpus]
     expect(report.backends["nccl"], "this torch has no nccl backend")
-    expect(len(names) == gpu_count(), f"the report lists {len(names)} GPU(s), NVML counts {gpu_count()}")
+    gpus = start_methods.gpu_count()
+    expect(len(names) == gpus, f"the report lists {len(names)} GPU(s), NVML counts {gpus}")
     expect(not any(n.startswith("unusable") for n in names), f"torch cannot use the GPUs: {names[0]}")
     expect(report.start_method == "forkserver", f"ranks would start by {report.start_method}, not forkserver")
     return f"{len(names)} GPU(s) ({', '.join(names)}), nccl available, ranks start from a forkserver"
@@ -111,7 +113,7 @@ def _all_reduce_cuda_and_cpu() -> tuple[int, float, float]:  # in each rank
 
 
 def check_nccl_all_reduce() -> str:
-    n = gpu_count()
+    n = start_methods.gpu_count()
     stderr = io.StringIO()
     with contextlib.redirect_stderr(stderr):  # launch relays what ranks print there, labelled "[rank r]"
         results = launch(_all_reduce_cuda_and_cpu, n, backend="nccl")
@@ -132,7 +134,7 @@ def train_ddp_result(stdout: str) -> tuple[str, float, bool]:
 
 def check_torchrun_train_ddp() -> str:
     course_file("notebooks/train_ddp.py")
-    ranks = min(2, gpu_count())  # the script uses GPUs only when each local rank can have one
+    ranks = min(2, start_methods.gpu_count())  # the script uses GPUs only when each local rank can have one
     env = {**os.environ, "OMP_NUM_THREADS": "1"}  # as lesson 03 runs it; all ranks talk over loopback
     env.update({"GLOO_SOCKET_IFNAME": lo} if (lo := loopback_interface()) else {})
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}",
@@ -140,8 +142,8 @@ def check_torchrun_train_ddp() -> str:
     run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
     expect(run.returncode == 0, f"torchrun exited {run.returncode}:\n{run.stderr[-1500:]}")
     backend, got, identical = train_ddp_result(run.stdout)
-    reference = ddp.train(steps=10, batch_size=64, lr=0.1, ddp=False)  # lesson 03's reference
-    want = ddp.parameter_checksum(reference)
+    reference = digits_ddp.train(steps=10, batch_size=64, lr=0.1, ddp=False)  # lesson 03's reference
+    want = digits_ddp.parameter_checksum(reference)
     expect("cuda:nccl" in backend, f"the script ran on {backend}, not on the GPUs (it needs one per local rank)")
     expect(identical, "the replicas differ after training")
     expect(abs(got - want) < 1e-4, f"checksum {got:.5f}, one CPU process {want:.5f} (tolerance 1e-4)")
@@ -150,17 +152,18 @@ def check_torchrun_train_ddp() -> str:
 
 
 def check_ddp_on_gpus() -> str:
-    ranks = min(2, gpu_count())
-    states = launch(lambda: ddp.train(steps=10, batch_size=64 // ranks, lr=0.1, device=f"cuda:{dist.get_rank()}"),
+    ranks = min(2, start_methods.gpu_count())
+    states = launch(lambda: digits_ddp.train(steps=10, batch_size=64 // ranks, lr=0.1,
+                                            device=f"cuda:{dist.get_rank()}"),
                     ranks, backend="nccl")  # lesson 03's nccl cell
-    gap = largest_difference(states[0]["model"], ddp.train(steps=10, batch_size=64, lr=0.1, ddp=False)["model"])
+    gap = largest_difference(states[0]["model"], digits_ddp.train(steps=10, batch_size=64, lr=0.1, ddp=False)["model"])
     figure = f"{ranks} rank(s) x {64 // ranks}, 10 steps: max |difference| from one CPU process {gap:.1e}"
     expect(gap < 1e-4, f"{figure} (tolerance 1e-4)")
     return f"{figure} (tolerance 1e-4)"
 
 
 def check_data_parallel() -> str:
-    gpus = gpu_count()
+    gpus = start_methods.gpu_count()
     data = digits()
     X, y = data.X_train[:256], data.y_train[:256]  # lesson 02's global batch
     reference = mlp(64, 32, 10, seed=0)
@@ -204,7 +207,7 @@ def check_sync_batchnorm() -> str:
 
 
 def check_fsdp2() -> str:
-    n = gpu_count()
+    n = start_methods.gpu_count()
     on_gpus = launch(lambda: zero_memory.train("fsdp", steps=5, device=f"cuda:{dist.get_rank()}"), n, backend="nccl")
     reference = launch(lambda: zero_memory.train("ddp", steps=5), n)[0]["params"]  # gloo ranks
     gap = max(largest_difference(rank["params"], reference) for rank in on_gpus)
@@ -298,7 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-notebooks", action="store_true", help="skip running the GPU notebooks under nbval")
     parser.add_argument("--record", action="store_true", help="store what passed in notebooks/gpu_recorded.json")
     options = parser.parse_args(argv)
-    if gpu_count() == 0:  # asks NVML: nothing initialised, nothing to clean up
+    if start_methods.gpu_count() == 0:  # asks NVML: nothing initialised, nothing to clean up
         print(environment_report())
         print("No GPU here (torch.cuda.device_count() is 0), so there is nothing to check: the course's GPU paths "
               "are tested on CPU by faking what torch reports. Run this on a machine with GPUs.")

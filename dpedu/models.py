@@ -1,6 +1,9 @@
-"""The course's small models, built from a seed so that every run starts from the same weights."""
+"""The course's small models, built from a seed so that every run starts from the same weights, and a
+comparison of two sets of parameters (lessons 02, 03, 07 check "the same model" with it)."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
 
 import torch
 from torch import nn
@@ -29,3 +32,22 @@ def mlp(in_features: int, hidden: int, out_features: int, seed: int = 0, depth: 
         layers += [nn.Linear(width, hidden), nn.ReLU()]
         width = hidden
     return nn.Sequential(*layers, nn.Linear(width, out_features))
+
+
+def largest_difference(a: Mapping[str, torch.Tensor] | Iterable[torch.Tensor],
+                       b: Mapping[str, torch.Tensor] | Iterable[torch.Tensor]) -> float:
+    """The largest absolute difference between two sets of parameters (state dicts or tensor sequences)."""
+    if isinstance(a, Mapping) != isinstance(b, Mapping):
+        raise TypeError("a and b must both be state dicts or both be sequences of tensors")
+    if isinstance(a, Mapping):
+        if set(a) != set(b):
+            raise ValueError(f"a and b must have the same keys; only in one: {sorted(set(a) ^ set(b))}")
+        a, b = list(a.values()), [b[key] for key in a]
+    a, b = list(a), list(b)
+    if not all(isinstance(t, torch.Tensor) for t in a + b):
+        raise TypeError("a and b must hold tensors (state dicts, parameters() or lists of tensors)")
+    if len(a) != len(b) or not a:
+        raise ValueError(f"a and b must hold the same, non-zero number of tensors, got {len(a)} and {len(b)}")
+    if any(p.shape != q.shape for p, q in zip(a, b, strict=True)):
+        raise ValueError("a and b must hold tensors of the same shapes, in the same order")
+    return max((p.detach() - q.detach()).abs().max().item() for p, q in zip(a, b, strict=True))

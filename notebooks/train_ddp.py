@@ -17,9 +17,9 @@ import os
 import torch
 import torch.distributed as dist
 
-# Importing dpedu.ddp also imports torch._dynamo before the process group exists; a script without it
-# can abort at exit after using DDP (the note in dpedu/ddp.py says why).
-from dpedu import ddp
+# Importing dpedu.data_parallel.digits_ddp also imports torch._dynamo before the process group exists; a
+# script without it can abort at exit after using DDP (the note in dpedu/data_parallel/digits_ddp.py says why).
+from dpedu.data_parallel import digits_ddp
 from dpedu.datasets import digits
 from dpedu.models import mlp
 
@@ -45,14 +45,14 @@ def main() -> None:
         rank, world_size = dist.get_rank(), dist.get_world_size()
         if args.show_env:
             show_torchrun_variables()
-        state = ddp.train(steps=args.steps, batch_size=args.batch_size, lr=args.lr, device=device)
-        identical = ddp.same_parameters_on_every_rank(state)
+        state = digits_ddp.train(steps=args.steps, batch_size=args.batch_size, lr=args.lr, device=device)
+        identical = digits_ddp.same_parameters_on_every_rank(state)
         if rank == 0:  # one rank reports, or every line would be printed world_size times
             model = mlp(64, 32, 10)
             model.load_state_dict(state["model"])
             test = digits()
             accuracy = (model(test.X_test).argmax(1) == test.y_test).double().mean().item()
-            checksum = ddp.parameter_checksum(state)
+            checksum = digits_ddp.parameter_checksum(state)
             print(f"{world_size} rank(s) on {dist.get_backend()}, {args.steps} steps of "
                   f"{world_size} x {args.batch_size} examples: parameter checksum {checksum:.5f}, "
                   f"test accuracy {accuracy:.3f}, replicas identical: {identical}")

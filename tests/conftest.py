@@ -9,6 +9,10 @@ nbval checks it as before; CI's runs on other CPU kernel paths (``./course test 
 
 from __future__ import annotations
 
+import pytest
+
+from dpedu.runtime import start_methods
+
 BROWSER_TEST = "test_run_all_in_jupyterlab_shows_no_error_and_explorers_redraw"
 
 
@@ -23,3 +27,13 @@ def pytest_collection_modifyitems(config, items):
     if twice:
         config.hook.pytest_deselected(items=twice)
         items[:] = [item for item in items if item.path.suffix != ".ipynb" or item.path.name not in in_browser]
+
+
+@pytest.fixture
+def fake_gpus(monkeypatch):
+    """``fake_gpus(n)`` makes dpedu see n GPUs (torch itself still sees what is there).
+
+    Every part of dpedu counts GPUs through ``start_methods.gpu_count``, so this one patch fakes a
+    consistent GPU machine for the start method, the backend, the report and every GPU branch.
+    """
+    return lambda n: monkeypatch.setattr(start_methods, "gpu_count", lambda: n)

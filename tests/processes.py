@@ -1,6 +1,6 @@
 """What /proc says about one process, for the tests that check nothing is left running (Linux only).
 
-What a launch left behind, as a whole, is ``dpedu.failures.leftover_processes``."""
+What a launch left behind, as a whole, is ``dpedu.runtime.failures.leftover_processes``."""
 
 from pathlib import Path
 

@@ -29,7 +29,7 @@ import pytest
 from stored_outputs import differences
 
 from dpedu import free_port
-from dpedu.failures import leftover_processes
+from dpedu.runtime.failures import leftover_processes
 
 playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright (requirements.txt)")
 

@@ -14,12 +14,13 @@ import torch
 import torch.distributed as dist
 
 from dpedu import gpu_check, launch
-from dpedu.environment import GPU, EnvironmentReport
-from dpedu.failures import RankFailedError
+from dpedu.runtime import start_methods
+from dpedu.runtime.environment import GPU, EnvironmentReport
+from dpedu.runtime.failures import RankFailedError
 
 
 def test_without_a_gpu_it_says_so_and_exits_0():
-    if gpu_check.gpu_count():
+    if start_methods.gpu_count():
         pytest.skip("this machine has GPUs: ./course check-gpu runs the checks for real")
     run = subprocess.run([sys.executable, "-m", "dpedu.gpu_check"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
@@ -76,8 +77,8 @@ def test_a_long_reason_shows_its_first_and_last_lines(capsys):
                                                     *(f"line {i}" for i in range(30, 40))]
 
 
-def test_the_exit_code_says_whether_a_check_failed(monkeypatch, capsys):
-    monkeypatch.setattr(gpu_check, "gpu_count", lambda: 1)  # a GPU machine, as far as the checks are told
+def test_the_exit_code_says_whether_a_check_failed(fake_gpus, monkeypatch, capsys):
+    fake_gpus(1)  # a GPU machine, as far as the checks are told
     monkeypatch.setattr(gpu_check, "CHECKS", [("first", passes), ("notebooks", fails)])
     assert gpu_check.main([]) == 1
     assert capsys.readouterr().out.splitlines()[-1] == "1 passed, 1 failed: notebooks"
@@ -92,8 +93,8 @@ def fake_report(**changes) -> EnvironmentReport:
     return EnvironmentReport(**{**fields, **changes})
 
 
-def test_the_environment_check_reads_the_report(monkeypatch, capsys):
-    monkeypatch.setattr(gpu_check, "gpu_count", lambda: 1)
+def test_the_environment_check_reads_the_report(fake_gpus, monkeypatch, capsys):
+    fake_gpus(1)
     monkeypatch.setattr(gpu_check, "environment_report", fake_report)
     assert gpu_check.check_environment() == "1 GPU(s) (Fake GPU), nccl available, ranks start from a forkserver"
     assert "GPU 0: Fake GPU, 80.0 GiB" in capsys.readouterr().out  # the report is printed
@@ -119,8 +120,8 @@ def test_what_passed_is_recorded_merged_and_read_back(tmp_path):
     assert gpu_check.recorded("sync-batchnorm", path)["gpu"] == "2 x Other GPU"
 
 
-def test_record_option_writes_the_file(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(gpu_check, "gpu_count", lambda: 1)
+def test_record_option_writes_the_file(fake_gpus, monkeypatch, tmp_path, capsys):
+    fake_gpus(1)
     monkeypatch.setattr(gpu_check, "environment_report", fake_report)  # the GPU's name comes from the report
     monkeypatch.setattr(gpu_check, "RECORD", tmp_path / "gpu_recorded.json")
     monkeypatch.setattr(gpu_check, "CHECKS", [("fsdp2", passes), ("data-parallel", fails)])
@@ -168,8 +169,8 @@ def _sums_as_nccl_would(noisy: bool) -> tuple[int, float, float]:
 
 
 @pytest.mark.parametrize("noisy", [False, True])
-def test_the_all_reduce_check_fails_on_anything_ranks_print_on_stderr(monkeypatch, noisy):
-    monkeypatch.setattr(gpu_check, "gpu_count", lambda: 2)  # two gloo ranks stand in for the nccl ones
+def test_the_all_reduce_check_fails_on_anything_ranks_print_on_stderr(fake_gpus, monkeypatch, noisy):
+    fake_gpus(2)  # two gloo ranks stand in for the nccl ones
     monkeypatch.setattr(gpu_check, "launch", lambda fn, n, backend: launch(_sums_as_nccl_would, n, args=(noisy,)))
     if noisy:
         with pytest.raises(gpu_check.CheckFailed, match=r"printed on stderr.*\n\[rank 0\] NCCL WARN something"):
@@ -179,6 +180,6 @@ def test_the_all_reduce_check_fails_on_anything_ranks_print_on_stderr(monkeypatc
 
 
 def test_the_sync_batchnorm_check_runs_on_cpu_ranks_without_a_gpu():
-    if gpu_check.gpu_count():
+    if start_methods.gpu_count():
         pytest.skip("this machine has GPUs")
     assert "dpedu.SyncBatchNorm on 2 CPU ranks" in gpu_check.check_sync_batchnorm()  # lesson 07's CPU path

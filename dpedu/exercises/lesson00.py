@@ -10,8 +10,8 @@ import torch.distributed as dist
 
 from dpedu._validate import real, whole
 from dpedu.exercises import verdict
-from dpedu.failures import LaunchTimeoutError
-from dpedu.launcher import launch
+from dpedu.runtime.failures import LaunchTimeoutError
+from dpedu.runtime.launcher import launch
 
 
 def _all_reduce_rank_plus_one(op_name: str) -> float:

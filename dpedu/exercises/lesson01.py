@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from dpedu import least_squares
 from dpedu._validate import real, whole
 from dpedu.datasets import diabetes
 from dpedu.exercises import close, verdict
+from dpedu.sgd import least_squares
 
 
 def _problem() -> tuple[torch.Tensor, torch.Tensor]:

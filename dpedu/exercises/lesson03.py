@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 from torch.utils.data.distributed import DistributedSampler
 
-from dpedu import ddp
 from dpedu._validate import real, whole
+from dpedu.data_parallel import digits_ddp
 from dpedu.exercises import verdict
-from dpedu.launcher import launch
+from dpedu.runtime.launcher import launch
 
 
 def samples_per_rank(dataset_size: int, world_size: int, drop_last: bool, answer: int) -> bool:
@@ -23,8 +23,8 @@ def samples_per_rank(dataset_size: int, world_size: int, drop_last: bool, answer
 
 
 def _count_allreduces(steps: int, accumulation: int, no_sync: bool) -> int:
-    hook, calls = ddp.counting_allreduce()
-    ddp.train(steps=steps, batch_size=8 * accumulation, lr=0.1, accumulation=accumulation, no_sync=no_sync,
+    hook, calls = digits_ddp.counting_allreduce()
+    digits_ddp.train(steps=steps, batch_size=8 * accumulation, lr=0.1, accumulation=accumulation, no_sync=no_sync,
               comm_hook=hook)
     return len(calls)
 
@@ -41,7 +41,7 @@ def allreduce_calls(steps: int, accumulation: int, no_sync: bool, answer: int) -
 
 
 def _summed_ddp(steps: int, lr: float) -> dict:
-    return ddp.train(steps=steps, batch_size=16, lr=lr, reduction="sum")["model"]
+    return digits_ddp.train(steps=steps, batch_size=16, lr=lr, reduction="sum")["model"]
 
 
 def summed_loss_lr(world_size: int, lr: float, answer: float) -> bool:
@@ -53,6 +53,6 @@ def summed_loss_lr(world_size: int, lr: float, answer: float) -> bool:
     except ValueError:  # not a learning rate at all: wrong, and no need to run DDP to say so
         return verdict(False, "the answer is a learning rate: a positive number")
     distributed = launch(_summed_ddp, world_size, args=(5, lr))[0]
-    single = ddp.train(steps=5, batch_size=16 * world_size, lr=answer, ddp=False, reduction="sum")["model"]
+    single = digits_ddp.train(steps=5, batch_size=16 * world_size, lr=answer, ddp=False, reduction="sum")["model"]
     same = all(torch.allclose(distributed[k], single[k], rtol=1e-4, atol=1e-6) for k in single)
     return verdict(same, "DDP divides the summed gradients of the ranks by the world size")

@@ -9,10 +9,10 @@ import torch
 import torch.distributed as dist
 
 from dpedu._validate import real, whole
-from dpedu.cost_model import ring_time
+from dpedu.data_parallel.cost_model import ring_time
 from dpedu.exercises import close, verdict
-from dpedu.failures import LaunchTimeoutError
-from dpedu.launcher import launch
+from dpedu.runtime.failures import LaunchTimeoutError
+from dpedu.runtime.launcher import launch
 
 SIZES = (1, 2, 5, 1000, 1001)  # fewer elements than ranks, and sizes that do not divide evenly
 WORLD_SIZES = (2, 3, 4)

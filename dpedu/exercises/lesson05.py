@@ -6,7 +6,7 @@ import torch
 
 from dpedu._validate import real, whole
 from dpedu.exercises import close, verdict
-from dpedu.staleness import stability_limit
+from dpedu.sgd.staleness import stability_limit
 
 
 def largest_lr(staleness: int, curvature: float, answer: float) -> bool:

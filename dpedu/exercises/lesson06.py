@@ -6,8 +6,8 @@ import torch
 
 from dpedu._validate import real, whole
 from dpedu.exercises import close, verdict
-from dpedu.noisy_quadratic import NoisyQuadratic
-from dpedu.staleness import stability_edge
+from dpedu.sgd.noisy_quadratic import NoisyQuadratic
+from dpedu.sgd.staleness import stability_edge
 
 
 def linear_scaling(lr: float, batch: int, new_batch: int, answer: float) -> bool:
@@ -24,7 +24,7 @@ def steps_at(min_steps: float, critical_batch: float, batch: float, answer: floa
 
 
 def _spectral_radius(problem: NoisyQuadratic, lr: float, batch: float) -> float:
-    """Growth factor of E[δ_i²] per step: the recursion of dpedu.noisy_quadratic, as a matrix."""
+    """Growth factor of E[δ_i²] per step: the recursion of dpedu.sgd.noisy_quadratic, as a matrix."""
     lam = problem.curvatures
     step = torch.diag((1 - 2 * lr * lam) ** 2) + 4 * lr**2 / batch * (torch.outer(lam, lam) + torch.diag(lam**2))
     return torch.linalg.eigvals(step).abs().max().item()

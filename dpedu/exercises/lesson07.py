@@ -8,9 +8,9 @@ from torch import nn
 from torch.utils.data.distributed import DistributedSampler
 
 from dpedu._validate import whole
+from dpedu.data_parallel.sync_batchnorm import SyncBatchNorm
 from dpedu.exercises import verdict
-from dpedu.launcher import launch
-from dpedu.sync_batchnorm import SyncBatchNorm
+from dpedu.runtime.launcher import launch
 
 
 def _count_all_reduces(norm_layers: int) -> int:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dpedu._validate import whole
-from dpedu.cost_model import LINK_BANDWIDTH, ring_time
+from dpedu.cluster.rank_variables import torch_variables
+from dpedu.data_parallel.cost_model import LINK_BANDWIDTH, ring_time
 from dpedu.exercises import close, verdict
-from dpedu.rank_variables import torch_variables
 
 
 def global_rank(nproc_per_node: int, group_rank: int, local_rank: int, answer: int) -> bool:
@@ -33,7 +33,7 @@ _ENVIRONMENTS = (
 
 def rank_and_size(my_function: Callable[[dict[str, str]], tuple[int, int]]) -> bool:
     """Does ``my_function(environ) -> (rank, world_size)`` read the rank and the world size that
-    torchrun, Open MPI, MPICH or Slurm set, as ``dpedu.rank_variables`` does (torchrun first)?"""
+    torchrun, Open MPI, MPICH or Slurm set, as ``dpedu.cluster.rank_variables`` does (torchrun first)?"""
     if not callable(my_function):
         raise TypeError(f"my_function must be a function of the environment, got {my_function!r}")
     for environ in _ENVIRONMENTS:

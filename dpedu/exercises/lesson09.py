@@ -7,9 +7,9 @@ import math
 import torch
 
 from dpedu._validate import real, whole
+from dpedu.beyond.pipeline import bubble_fraction, peak_in_flight, schedule
+from dpedu.beyond.zero_memory import model_state_bytes
 from dpedu.exercises import close, verdict
-from dpedu.pipeline import bubble_fraction, peak_in_flight, schedule
-from dpedu.zero_memory import model_state_bytes
 
 
 def _number(answer: object) -> object:

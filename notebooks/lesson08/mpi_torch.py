@@ -11,7 +11,7 @@ import os
 import torch
 import torch.distributed as dist
 
-from dpedu.rank_variables import torch_variables
+from dpedu.cluster.rank_variables import torch_variables
 
 launcher, variables = torch_variables(os.environ)
 os.environ.update(variables)

@@ -26,23 +26,24 @@ import sys
 import torch
 import torch.distributed as dist
 
-# Importing dpedu.ddp also imports torch._dynamo before the process group exists; a script without it
-# can abort at exit after using DDP (the note in dpedu/ddp.py says why).
-from dpedu import ddp
-from dpedu.checkpoints import load_checkpoint, save_atomically
+from dpedu.cluster.checkpoints import load_checkpoint, save_atomically
+
+# Importing dpedu.data_parallel.digits_ddp also imports torch._dynamo before the process group exists; a
+# script without it can abort at exit after using DDP (the note in dpedu/data_parallel/digits_ddp.py says why).
+from dpedu.data_parallel import digits_ddp
 
 
 def train(args: argparse.Namespace, attempt: int) -> tuple[dict, int]:
     """Train from the last checkpoint (or from scratch) to step ``args.steps``, checkpointing on the way;
     return the final state (model and optimizer) and the step it resumed from.
 
-    ``ddp.train`` runs each stretch between two stops: it rebuilds the model and the optimizer from the
+    ``digits_ddp.train`` runs each stretch between two stops: it rebuilds the model and the optimizer from the
     state and reads the batches from that step on, so stopping and resuming changes nothing in the result.
     No RNG state is saved: nothing draws random numbers after the model is built, and each step's batch
     depends only on the step number and the rank (the sampler reshuffles with set_epoch)."""
     rank = dist.get_rank()
     # Every rank reads the same file (on several machines, a shared file system), so all start alike.
-    # ddp.train's DDP wrapper broadcasts from rank 0 before the first step: every rank has read the
+    # digits_ddp.train's DDP wrapper broadcasts from rank 0 before the first step: every rank has read the
     # checkpoint before rank 0 can overwrite it.
     state = load_checkpoint(args.checkpoint)
     start = 0 if state is None else state["step"]
@@ -58,7 +59,7 @@ def train(args: argparse.Namespace, attempt: int) -> tuple[dict, int]:
         if attempt == 0 and rank == args.kill_rank and step == args.kill_at_step:
             os.kill(os.getpid(), signal.SIGKILL)  # a crash: no exception, no clean-up, no message
         # Momentum: the optimizer has state of its own, which a checkpoint must hold as well as the model.
-        state = ddp.train(steps=stop - step, batch_size=args.batch_size, lr=args.lr, momentum=args.momentum,
+        state = digits_ddp.train(steps=stop - step, batch_size=args.batch_size, lr=args.lr, momentum=args.momentum,
                           state=state, start_step=step)
         step = stop
         if step % args.checkpoint_every == 0:
@@ -95,7 +96,7 @@ def main() -> None:
     torch.set_num_threads(1)
     try:
         state, start = train(args, attempt)
-        identical = ddp.same_parameters_on_every_rank(state)
+        identical = digits_ddp.same_parameters_on_every_rank(state)
         if dist.get_rank() == 0:
             if args.final:
                 save_atomically(state["model"], args.final)

@@ -1,0 +1,8 @@
+"""Beyond plain data parallelism: splitting the model and its memory (lesson 09).
+
+- ``model_parallel``: layers split across ranks, activations sent forward and gradients back.
+- ``pipeline``: micro-batches, GPipe and 1F1B schedules, the bubble.
+- ``zero_memory``: ZeRO and FSDP2 memory per rank against DDP, with the same results.
+- ``mixed_precision``: bfloat16 autocast on CPU, float16 with loss scaling on GPU.
+- ``parallelism_plan``: which parallelism when, checked on published layouts.
+"""

@@ -1,0 +1,151 @@
+"""ZeRO and FSDP: what each rank holds, by the formula and measured, and what the ranks send.
+
+Plain data parallelism keeps a whole copy of the *model states* on every rank: parameters, gradients
+and the optimizer's state. Rajbhandari et al. (2020, ZeRO, arXiv:1910.02054) shard them over the N
+ranks instead: stage 1 the optimizer state, stage 2 also the gradients, stage 3 also the parameters.
+With mixed-precision Adam (2 bytes of fp16 weights, 2 of fp16 gradients and K = 12 of fp32 master
+weights, momentum and variance per parameter) a rank holds, for Ψ parameters,
+DDP 16Ψ, stage 1 4Ψ + 12Ψ/N, stage 2 2Ψ + 14Ψ/N, stage 3 16Ψ/N bytes.
+
+In torch: ``ZeroRedundancyOptimizer`` is stage 1 (with DDP for the gradients), and FSDP2's
+``fully_shard`` is stage 3. Stage 2's nearest counterparts are FSDP1's ``SHARD_GRAD_OP`` and FSDP2's
+``reshard_after_forward=False``: gradients and optimizer state sharded, the full parameters kept from
+forward to backward (ZeRO-2 keeps them all the time); here stage 2 is its formula only. On CPU the
+training here is plain float32 Adam: 4 + 4 + 8 bytes per parameter, the same formulas with other byte
+counts. ``held_bytes`` measures what a rank actually holds; ``train`` trains the same model under DDP,
+ZeRO-1 and FSDP2 and counts their collectives.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from unittest import mock
+
+import torch
+import torch._dynamo  # noqa: F401 - before any process group exists: see the note in dpedu/data_parallel/digits_ddp.py
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.optim import ZeroRedundancyOptimizer
+from torch.distributed.tensor import DTensor
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from dpedu._validate import real, whole
+
+__all__ = ["model_state_bytes", "held_bytes", "traffic", "mlp", "train", "KINDS"]
+
+KINDS = ("ddp", "zero1", "fsdp")
+
+
+def model_state_bytes(params: float, world_size: int, stage: int, *, weight_bytes: float = 2,
+                      grad_bytes: float = 2, optimizer_bytes: float = 12) -> dict[str, float]:
+    """Bytes of parameters, gradients and optimizer state one rank holds under ZeRO ``stage`` (0: DDP),
+    after Rajbhandari et al. (2020); the defaults are their mixed-precision Adam (16 bytes/parameter)."""
+    real("params", params, at_least=0)
+    whole("world_size", world_size)
+    whole("stage", stage, minimum=0, maximum=3)
+    for name, value in (("weight_bytes", weight_bytes), ("grad_bytes", grad_bytes),
+                        ("optimizer_bytes", optimizer_bytes)):
+        real(name, value, at_least=0)
+    shard = {"parameters": stage >= 3, "gradients": stage >= 2, "optimizer": stage >= 1}
+    per_param = {"parameters": weight_bytes, "gradients": grad_bytes, "optimizer": optimizer_bytes}
+    held = {what: params * per_param[what] / (world_size if shard[what] else 1) for what in per_param}
+    return {**held, "total": sum(held.values())}
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
+def held_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, int]:
+    """Bytes of the parameters, gradients and optimizer state this rank holds: the local tensors
+    (an FSDP parameter is a DTensor; its local shard is what this rank stores). Optimizer state counts
+    the per-parameter tensors (Adam's two moments); the scalar step counters are left out."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    state = optimizer.optim.state if isinstance(optimizer, ZeroRedundancyOptimizer) else optimizer.state
+
+    def nbytes(tensors):
+        return sum(_local(t).numel() * _local(t).element_size() for t in tensors)
+
+    return {"parameters": nbytes(model.parameters()),
+            "gradients": nbytes(p.grad for p in model.parameters() if p.grad is not None),
+            "optimizer": nbytes(t for s in state.values() for t in s.values()
+                                if isinstance(t, torch.Tensor) and t.dim() > 0)}
+
+
+@contextmanager
+def traffic() -> Iterator[dict[str, int]]:
+    """Inside the block, add up the bytes of the whole tensor each collective of this process works on,
+    by name: all-reduce and broadcast their tensor, all-gather its output, reduce-scatter its input."""
+    counts: dict[str, int] = defaultdict(int)
+
+    def counting(name, real_call, which):
+        def call(*args, **kwargs):
+            tensor = kwargs.get(which[0], args[which[1]] if len(args) > which[1] else None)
+            counts[name] += tensor.numel() * tensor.element_size()
+            return real_call(*args, **kwargs)
+        return call
+
+    patches = {"all_reduce": ("tensor", 0), "broadcast": ("tensor", 0), "all_gather_single": ("output_tensor", 0),
+               "reduce_scatter_single": ("input", 1)}
+    with mock.patch.multiple(dist, **{name: counting(name, getattr(dist, name), which)
+                                      for name, which in patches.items()}):
+        yield counts
+
+
+def mlp(seed: int = 0) -> nn.Sequential:
+    """16 -> 32 -> 32 -> 4 with Tanh: 1,732 parameters, every weight's rows divisible by 1, 2 and 4."""
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 4))
+
+
+def _batch(rank: int, step: int, size: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(1000 * step + rank)
+    return torch.randn(size, 16, generator=generator), torch.randn(size, 4, generator=generator)
+
+
+def train(kind: str, *, steps: int, lr: float = 1e-2, device: str | torch.device = "cpu") -> dict:
+    """Inside ranks: train ``mlp()`` with Adam for ``steps`` steps under ``kind`` ("ddp", "zero1" or
+    "fsdp"), each rank on its own batches, on ``device`` (the CPU, or this rank's GPU under nccl).
+    Returns the whole trained parameters (on the CPU), the bytes this rank holds after the last step
+    (``held_bytes``), the collectives' bytes of the last step (``traffic``) and, for ZeRO-1, the shapes
+    of the parameters whose optimizer state this rank owns."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    whole("steps", steps)
+    real("lr", lr, above=0)
+    device = torch.device(device)
+    model, owned = mlp().to(device), None
+    if kind == "fsdp":
+        # The mesh names the device the ranks use. Left out, FSDP2 builds one on the accelerator torch was
+        # *built* for: "cuda" on PyPI's default Linux build even without a GPU, so CPU ranks would fail.
+        mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+        for layer in model:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer, mesh=mesh)  # each layer's parameters all-gathered just for its forward and backward
+        fully_shard(model, mesh=mesh)
+        wrapped, optimizer = model, torch.optim.Adam(model.parameters(), lr=lr)
+    else:  # gradients as views of DDP's buckets: else DDP keeps a second copy of every gradient
+        wrapped = DDP(model, gradient_as_bucket_view=True)
+        wrapped.register_comm_hook(None, allreduce_hook)  # torch's default, called from Python: countable
+        if kind == "ddp":
+            optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+        else:
+            optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=lr)
+            owned = [tuple(p.shape) for group in optimizer.optim.param_groups for p in group["params"]]
+    for step in range(steps):
+        x, y = (t.to(device) for t in _batch(dist.get_rank(), step))
+        optimizer.zero_grad()
+        with traffic() as sent:
+            nn.functional.mse_loss(wrapped(x), y).backward()
+            optimizer.step()
+    held = held_bytes(model, optimizer)
+    params = [(p.full_tensor() if isinstance(p, DTensor) else p.detach()).cpu().clone() for p in model.parameters()]
+    return {"params": params, "held": held, "traffic": dict(sent), "owned": owned}

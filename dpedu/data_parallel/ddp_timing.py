@@ -1,0 +1,91 @@
+"""Four ways to average gradients, timed on the same model (lesson 04 and ``benchmarks/collectives.py``).
+
+``step_times`` runs inside every rank of a ``dpedu.launch``: it builds one model per version and
+trains them in turn, one step each round, so that a busy moment of a shared machine slows every
+version alike. It returns each version's median seconds per step and the measured timeline of its
+last step (when backward ran, when each all-reduce started and ended) for the lesson's figure.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from dpedu._validate import real, whole
+from dpedu.data_parallel.mini_ddp import MiniDDP, average_gradients
+
+VERSIONS = ("per parameter", "buckets, no overlap", "buckets + overlap", "torch DDP")
+
+
+def timing_model(seed: int = 0) -> nn.Sequential:
+    """An MLP of 4.5 M parameters (18 MB of float32 gradients) in six linear layers."""
+    torch.manual_seed(seed)
+    widths = (256, 1024, 1024, 1024, 1024, 1024)
+    layers: list[nn.Module] = []
+    for width_in, width_out in zip(widths, widths[1:], strict=False):
+        layers += [nn.Linear(width_in, width_out), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Linear(widths[-1], 10))
+
+
+def _wrap(version: str, model: nn.Module, bucket_cap_mb: float) -> nn.Module:
+    if version == "torch DDP":
+        return DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
+    if version == "per parameter":
+        for tensor in model.state_dict().values():
+            dist.broadcast(tensor, src=0)
+        return model
+    return MiniDDP(model, bucket_cap_mb=bucket_cap_mb, overlap=version == "buckets + overlap")
+
+
+def step_times(versions: Sequence[str] = VERSIONS, *, steps: int = 10, batch_size: int = 64,
+               bucket_cap_mb: float = 5.0, warmup: int = 2) -> dict[str, dict]:
+    """For each of ``versions`` (from ``VERSIONS``): ``median`` seconds per SGD step on this rank, and the
+    timeline of its last step in seconds from the step's start: ``backward`` (start, time the last gradient
+    was ready), ``returned`` (when ``loss.backward()`` returned: MiniDDP waits for its buckets first) and
+    ``communication`` [(start, end), ...] (buckets in order; for "per parameter", the loop of all-reduces
+    after backward; for torch DDP, empty: its buckets travel inside torch's C++ reducer)."""
+    if isinstance(versions, str) or not set(versions) <= set(VERSIONS) or not versions:
+        raise ValueError(f"versions must be a list of some of {VERSIONS}, got {versions!r}")
+    whole("steps", steps)
+    whole("batch_size", batch_size)
+    whole("warmup", warmup, minimum=0)
+    real("bucket_cap_mb", bucket_cap_mb, above=0)
+    generator = torch.Generator().manual_seed(dist.get_rank())
+    X, y = torch.randn(batch_size, 256, generator=generator), torch.randint(0, 10, (batch_size,), generator=generator)
+    runs = {}
+    for version in versions:
+        model = timing_model()
+        wrapped = _wrap(version, model, bucket_cap_mb)
+        runs[version] = (model, wrapped, torch.optim.SGD(wrapped.parameters(), lr=1e-3), [])
+    results = {}
+    for _ in range(warmup + steps):
+        for version, (model, wrapped, optimizer, seconds) in runs.items():
+            dist.barrier()  # every step starts together: a step's time is not its wait for the slower rank
+            start = time.perf_counter()
+            optimizer.zero_grad()
+            loss = F.cross_entropy(wrapped(X), y)
+            backward_start = time.perf_counter()
+            loss.backward()
+            backward_end = time.perf_counter()
+            if version == "per parameter":
+                average_gradients(model)
+            optimizer.step()
+            seconds.append(time.perf_counter() - start)
+            computed, communication = backward_end, []
+            if version == "per parameter":
+                communication = [(backward_end - start, seconds[-1])]
+            elif isinstance(wrapped, MiniDDP):
+                communication = [(t["launched"] - start, t["done"] - start) for t in wrapped.bucket_times]
+                computed = max(t["ready"] for t in wrapped.bucket_times)
+            results[version] = {"backward": (backward_start - start, computed - start),
+                                "returned": backward_end - start, "communication": communication}
+    for version, (*_, seconds) in runs.items():
+        results[version]["median"] = statistics.median(seconds[warmup:])
+    return results

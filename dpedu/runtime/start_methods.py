@@ -1,0 +1,72 @@
+"""How a notebook starts processes: fork, forkserver or spawn, and why it matters with GPUs.
+
+- ``fork`` copies the running kernel: instant, and the child already has torch imported. But a
+  child forked from a process that has touched CUDA cannot use CUDA ("Cannot re-initialize CUDA in
+  forked subprocess"), and merely asking ``torch.cuda.is_available()`` touches it (it calls cuInit;
+  torch documents this and the ``PYTORCH_NVML_BASED_CUDA_CHECK=1`` way around it). Nobody can tell
+  afterwards whether a notebook cell did, so on a machine with GPUs ranks are never forked.
+- ``forkserver`` (Linux) starts one clean server process that imports torch and never touches CUDA;
+  every rank is forked from *it*. The first launch pays for that import once, later ones are fast.
+- ``spawn`` starts a fresh interpreter per rank, which imports torch itself (seconds per launch).
+  It is the safe choice where fork is unreliable: macOS, whose system libraries do not support
+  forking a process that has started threads.
+
+With ``forkserver`` and ``spawn`` the function to run is sent to the child by value (cloudpickle),
+so functions defined in a notebook cell work with every method.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import sys
+
+import torch
+
+__all__ = ["gpu_count", "choose_start_method", "context"]
+
+# What the forkserver imports once, so that no rank pays for it: the rank entry point (torch,
+# torch.distributed) and torch._dynamo, which DDP imports on first use (~1.4 s; see dpedu/data_parallel/digits_ddp.py).
+# None of them initialises CUDA (tests/test_start_methods.py checks it).
+FORKSERVER_PRELOAD = ["dpedu.runtime._rank", "torch._dynamo"]
+
+
+def gpu_count() -> int:
+    """How many GPUs torch can use here, counted without initialising CUDA in this process.
+
+    ``torch.cuda.device_count()`` asks NVML and, as torch documents, does not spoil a later fork when
+    NVML answers; ``torch.cuda.is_available()`` calls cuInit and does (unless
+    ``PYTORCH_NVML_BASED_CUDA_CHECK=1``). dpedu asks this way everywhere.
+    """
+    return torch.cuda.device_count()
+
+
+def choose_start_method(start_method: str | None = None) -> tuple[str, str | None]:
+    """Return ``(method, why_not_fork)``: ``fork`` where it is safe, else the fallback and the reason.
+
+    An explicit ``start_method`` wins, then the environment variable ``DPEDU_START_METHOD`` (to try
+    another machine's path here, e.g. macOS's spawn on Linux). multiprocessing's own default is not
+    consulted: anything that uses multiprocessing (a tqdm bar, DataLoader workers) fixes it to
+    "fork" on Linux, which says nothing about whether forking is safe.
+    Otherwise: ``spawn`` off Linux, ``forkserver`` on Linux with GPUs, ``fork`` on Linux without.
+    Counting the GPUs asks NVML and does not touch CUDA, so the answer never spoils a later fork.
+    """
+    forced = start_method or os.environ.get("DPEDU_START_METHOD")
+    if forced is not None:
+        if forced not in mp.get_all_start_methods():
+            raise ValueError(f"start_method must be one of {mp.get_all_start_methods()}, got {forced!r}")
+        return forced, None if forced == "fork" else f"the start method {forced!r} was requested"
+    if not sys.platform.startswith("linux"):
+        return "spawn", f"fork is not reliable on {sys.platform}"
+    if gpus := gpu_count():
+        return "forkserver", (f"this machine has {gpus} GPU(s), and a rank forked from a process that has "
+                              "touched CUDA cannot use them; ranks start from a clean server process instead")
+    return "fork", None
+
+
+def context(method: str) -> mp.context.BaseContext:
+    """The multiprocessing context for ``method``; a forkserver preloads what every rank imports."""
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(FORKSERVER_PRELOAD)  # takes effect when the server first starts
+    return ctx

@@ -1,0 +1,74 @@
+"""Hogwild!: several processes train one model in shared memory, without locks (Recht et al., 2011).
+
+What is shared is the *parameters*: every worker reads them, computes a gradient in its own memory
+(``.grad`` is private to each process), and writes its update straight into the shared tensors,
+while the others may be halfway through theirs. The gradients are therefore stale, as in lesson 05's
+simulator, and some updates overwrite others; on sparse or easy problems it still converges.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from multiprocessing.connection import wait
+
+import torch
+import torch.multiprocessing  # noqa: F401 - registers the reductions that share tensors between processes
+from torch import nn
+
+from dpedu._validate import real, training_problem, whole
+from dpedu.runtime.processes import InterruptGuard
+from dpedu.runtime.start_methods import choose_start_method, context
+
+
+def _worker(model: nn.Module, X: torch.Tensor, y: torch.Tensor, loss_fn: Callable, steps: int, batch_size: int,
+            lr: float, seed: int) -> None:
+    torch.set_num_threads(1)
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)  # steps write into the shared parameters
+    for _ in range(steps):
+        batch = torch.randint(len(X), (batch_size,), generator=generator)
+        optimizer.zero_grad(set_to_none=True)
+        loss_fn(model(X[batch]), y[batch]).backward()
+        optimizer.step()
+
+
+def train(model: nn.Module, loss_fn: Callable, X: torch.Tensor, y: torch.Tensor, *, workers: int, steps: int,
+          batch_size: int, lr: float, timeout: float = 60.0, seed: int = 0) -> None:
+    """Train ``model`` in place with ``workers`` lock-free processes, each making ``steps`` SGD steps.
+
+    Raises ``RuntimeError`` if a worker fails and ``TimeoutError`` after ``timeout`` seconds; either
+    way, and on Ctrl-C, every worker is stopped and reaped first.
+    """
+    training_problem(model, loss_fn, X, y)
+    for name, value in (("workers", workers), ("steps", steps)):
+        whole(name, value)
+    whole("batch_size", batch_size, maximum=len(X))
+    real("lr", lr, above=0)
+    real("timeout", timeout, above=0)
+    for p in model.parameters():
+        p.grad = None  # gradients stay private to each worker; only the parameters are shared
+    model.share_memory()
+    ctx = context(choose_start_method()[0])
+    processes = [ctx.Process(target=_worker, args=(model, X, y, loss_fn, steps, batch_size, lr, seed + k))
+                 for k in range(workers)]
+    with InterruptGuard() as interrupts:  # Ctrl-C only at check(): never half-way through starting or stopping
+        try:
+            for p in processes:
+                p.start()
+            deadline = time.monotonic() + timeout
+            while running := [p.sentinel for p in processes if p.exitcode is None]:
+                interrupts.check()
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"Hogwild workers still running after timeout={timeout:g} s were stopped")
+                wait(running, timeout=0.05)
+            failed = [k for k, p in enumerate(processes) if p.exitcode != 0]
+            if failed:
+                raise RuntimeError(f"Hogwild worker(s) {failed} failed; their traceback is on stderr")
+        finally:
+            for p in processes:
+                if p.pid is not None and p.exitcode is None:
+                    p.kill()
+            for p in processes:
+                if p.pid is not None:
+                    p.join()

@@ -1,0 +1,87 @@
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from dpedu import launch
+from dpedu.beyond import zero_memory as zm
+
+PSI = 1732
+FP32 = {"weight_bytes": 4, "grad_bytes": 4, "optimizer_bytes": 8}
+
+
+@pytest.mark.parametrize(("stage", "gb"), [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)])
+def test_the_papers_example_7_5_billion_parameters_on_64_gpus(stage, gb):
+    assert round(zm.model_state_bytes(7.5e9, 64, stage)["total"] / 1e9, 1) == gb
+
+
+def test_formulas_by_part_and_one_rank_changes_nothing():
+    held = zm.model_state_bytes(100, 4, 2)
+    assert held == {"parameters": 200, "gradients": 50, "optimizer": 300, "total": 550}
+    assert all(zm.model_state_bytes(100, 1, s)["total"] == 1600 for s in range(4))
+
+
+def test_held_bytes_counts_parameters_gradients_and_moments_without_step_counters():
+    model = nn.Linear(3, 2)  # 8 parameters
+    optimizer = torch.optim.Adam(model.parameters())
+    assert zm.held_bytes(model, optimizer) == {"parameters": 32, "gradients": 0, "optimizer": 0}
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    assert zm.held_bytes(model, optimizer) == {"parameters": 32, "gradients": 32, "optimizer": 64}
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_ddp_zero1_and_fsdp_train_the_same_parameters_and_hold_what_the_formulas_say(world_size):
+    runs = {kind: launch(lambda kind=kind: zm.train(kind, steps=3), world_size) for kind in zm.KINDS}
+    for kind, stage in (("ddp", 0), ("fsdp", 3)):
+        formula = zm.model_state_bytes(PSI, world_size, stage, **FP32)
+        assert all(r["held"] == {k: formula[k] for k in r["held"]} for r in runs[kind])
+    zero = [r["held"] for r in runs["zero1"]]
+    assert all(h["parameters"] == h["gradients"] == 4 * PSI for h in zero)
+    assert sum(h["optimizer"] for h in zero) == 8 * PSI
+    owned = [shape for r in runs["zero1"] for shape in r["owned"]]
+    assert sorted(owned) == sorted(tuple(p.shape) for p in zm.mlp().parameters())  # each owned once, whole
+    for kind in ("zero1", "fsdp"):
+        for rank in runs[kind]:
+            for got, want in zip(rank["params"], runs["ddp"][0]["params"], strict=True):
+                torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    assert runs["ddp"][0]["traffic"] == {"all_reduce": 4 * PSI}
+    assert runs["zero1"][0]["traffic"] == {"all_reduce": 4 * PSI, "broadcast": 4 * PSI}
+    assert runs["fsdp"][0]["traffic"] == {"all_gather_single": 8 * PSI, "reduce_scatter_single": 4 * PSI}
+
+
+def test_traffic_counts_only_inside_its_block():
+    def count():
+        with zm.traffic() as sent:
+            dist.all_reduce(torch.ones(5))
+            dist.broadcast(torch.ones(3, dtype=torch.float64), src=0)
+        dist.all_reduce(torch.ones(7))
+        return dict(sent)
+
+    assert launch(count, 2) == [{"all_reduce": 20, "broadcast": 24}] * 2
+
+
+@pytest.mark.parametrize(("call", "error", "name"), [
+    (lambda: zm.model_state_bytes(-1, 2, 0), ValueError, "params"),
+    (lambda: zm.model_state_bytes(10, 0, 0), ValueError, "world_size"),
+    (lambda: zm.model_state_bytes(10, 2, 4), ValueError, "stage"),
+    (lambda: zm.model_state_bytes(10, 2, 1, grad_bytes=-2), ValueError, "grad_bytes"),
+    (lambda: zm.held_bytes("model", None), TypeError, "model"),
+    (lambda: zm.held_bytes(nn.Linear(1, 1), None), TypeError, "optimizer"),
+    (lambda: zm.train("zero2", steps=1), ValueError, "kind"),
+    (lambda: zm.train("ddp", steps=0), ValueError, "steps"),
+    (lambda: zm.train("ddp", steps=1, lr=0), ValueError, "lr"),
+])
+def test_bad_arguments_are_refused_by_name(call, error, name):
+    with pytest.raises(error, match=name):
+        call()
+
+
+def test_fsdp_shards_on_the_ranks_device_even_where_torch_was_built_for_cuda(monkeypatch):
+    # PyPI's default Linux build names cuda as its accelerator with no GPU present; FSDP2 builds its default
+    # mesh from that answer. Forked ranks inherit the fake: train must not depend on it.
+    monkeypatch.setattr(torch._C, "_get_accelerator", lambda *args: torch.device("cuda"))
+    runs = launch(lambda: zm.train("fsdp", steps=2), 2, start_method="fork")
+    reference = launch(lambda: zm.train("ddp", steps=2), 2, start_method="fork")
+    for got, want in zip(runs[0]["params"], reference[0]["params"], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)

@@ -1,0 +1,30 @@
+"""The bf16 hook gloo accepts, and the payload counted per DDP bucket call, PowerSGD's follow-ups included."""
+
+import torch
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powerSGD
+
+from dpedu import launch
+from dpedu.data_parallel import digits_ddp
+from dpedu.data_parallel.compression import bf16_allreduce_hook, payload_bytes
+
+MODEL_BYTES = (64 * 32 + 32 + 32 * 10 + 10) * 4  # digits_ddp.train's digits MLP, float32: one bucket
+
+
+def train_counted(name):
+    hook, state = {"fp32": (default_hooks.allreduce_hook, None), "bf16": (bf16_allreduce_hook, None),
+                   "powerSGD": (powerSGD.powerSGD_hook, powerSGD.PowerSGDState(None, matrix_approximation_rank=1,
+                                                                               start_powerSGD_iter=2))}[name]
+    with payload_bytes() as payload:
+        trained = digits_ddp.train(steps=4, batch_size=16, lr=0.1, comm_hook=payload.counted(hook), comm_state=state)
+    return payload.per_call(), trained["model"]
+
+
+def test_bytes_per_step_and_the_same_training_within_bf16_rounding():
+    (fp32_calls, fp32_model), _ = launch(train_counted, 2, args=("fp32",))
+    (bf16_calls, bf16_model), _ = launch(train_counted, 2, args=("bf16",))
+    (power_calls, _), _ = launch(train_counted, 2, args=("powerSGD",))
+    assert fp32_calls == [MODEL_BYTES] * 4 and bf16_calls == [MODEL_BYTES // 2] * 4
+    rank_1 = (64 + 32) + (32 + 10)  # P and Q of each weight matrix, rank 1
+    assert power_calls == [MODEL_BYTES] * 2 + [(rank_1 + 32 + 10) * 4] * 2  # + the biases, uncompressed
+    assert all(torch.allclose(fp32_model[k], bf16_model[k], atol=1e-2) for k in fp32_model)

@@ -1,0 +1,59 @@
+from pathlib import Path
+
+import matplotlib
+import pytest
+
+matplotlib.use("Agg")
+
+from dpedu.notebook.course import LESSONS, draw_course_map, written_lessons  # noqa: E402
+from dpedu.notebook.diagrams import draw_aggregation_schemes, write_all  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_lessons_are_numbered_in_order():
+    assert [lesson.number for lesson in LESSONS] == list(range(len(LESSONS)))
+
+
+def test_course_map_is_drawn_with_every_lesson_and_saved(tmp_path):
+    fig = draw_course_map(tmp_path / "map.png")
+    texts = {t.get_text() for t in fig.axes[0].texts}
+    assert {f"{lesson.number:02d}" for lesson in LESSONS} <= texts
+    assert (tmp_path / "map.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_every_notebook_is_a_lesson_on_the_map():
+    numbers = {int(path.name[:2]) for path in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")}
+    assert numbers and numbers <= {lesson.number for lesson in LESSONS}
+
+
+def test_every_figure_of_images_is_made_by_the_diagrams_command(tmp_path):
+    written = write_all(tmp_path)
+    assert [p.name for p in written] == sorted(p.name for p in (ROOT / "images").glob("*.png"))
+    assert all(p.read_bytes().startswith(b"\x89PNG") for p in written)
+
+
+def test_the_map_marks_exactly_the_lessons_without_a_notebook(tmp_path):
+    for name in ("00_welcome.ipynb", "03_ddp.ipynb", "notes.ipynb"):
+        (tmp_path / name).write_text("{}")
+    assert written_lessons(tmp_path) == {0, 3}
+    texts = [t.get_text() for t in draw_course_map(written={0, 3}).axes[0].texts]
+    assert texts.count("not yet written") == len(LESSONS) - 2
+    assert draw_course_map(written=range(len(LESSONS))).axes[0].texts[-1].get_text() != "not yet written"
+
+
+def test_course_map_and_diagrams_name_bad_arguments(tmp_path):
+    with pytest.raises(ValueError, match="folder"):
+        written_lessons(tmp_path / "missing")
+    with pytest.raises(ValueError, match="written"):
+        draw_course_map(written={42})
+    with pytest.raises(TypeError, match="path"):
+        draw_course_map(path=3)
+    with pytest.raises(ValueError, match="workers"):
+        draw_aggregation_schemes(workers=1)
+    with pytest.raises(TypeError, match="folder"):
+        write_all(None)
+    with pytest.raises(TypeError, match="folder must be a str or Path"):
+        written_lessons(3)
+    with pytest.raises(TypeError, match="written must be lesson numbers"):
+        draw_course_map(written=5)

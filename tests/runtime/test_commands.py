@@ -1,0 +1,39 @@
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from processes import gone_within
+
+from dpedu.runtime.commands import run_together
+
+
+def test_outputs_come_back_in_the_order_of_the_commands():
+    a, b = run_together([[sys.executable, "-c", "import time; time.sleep(0.3); print('first')"],
+                         [sys.executable, "-c", "import sys; print('second'); sys.exit(3)"]], timeout=30)
+    assert (a.stdout, a.returncode) == ("first\n", 0)
+    assert (b.stdout, b.returncode) == ("second\n", 3)
+
+
+@pytest.mark.skipif(not Path("/proc").exists(), reason="reads /proc")
+def test_a_command_still_running_at_the_timeout_is_stopped_with_its_children(tmp_path):
+    pidfile = tmp_path / "pid"
+    script = ("import subprocess, time; p = subprocess.Popen(['sleep', '60']); "
+              f"open({str(pidfile)!r}, 'w').write(str(p.pid)); time.sleep(60)")
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match="timeout=1"):
+        run_together([[sys.executable, "-c", script]], timeout=1)
+    assert time.monotonic() - start < 1 + 10  # a hang check, not a speed test
+    assert gone_within(int(pidfile.read_text()))
+
+
+@pytest.mark.parametrize(("commands", "timeout"), [([], 1), (["echo hi"], 1), ([["echo"]], 0)])
+def test_bad_arguments_are_refused(commands, timeout):
+    with pytest.raises(ValueError, match="commands must be|timeout must be"):
+        run_together(commands, timeout=timeout)
+
+
+def test_works_where_python_has_no_waitid(monkeypatch):
+    monkeypatch.delattr("os.waitid", raising=False)  # macOS before Python 3.13
+    (run,) = run_together([[sys.executable, "-c", "print('done')"]], timeout=30)
+    assert (run.stdout, run.returncode) == ("done\n", 0)

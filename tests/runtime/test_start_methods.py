@@ -1,0 +1,83 @@
+"""Which start method launch uses, and that asking never touches CUDA (faked: CI has no GPU)."""
+
+import multiprocessing as mp
+import subprocess
+import sys
+
+import pytest
+
+from dpedu.runtime.start_methods import FORKSERVER_PRELOAD, choose_start_method
+
+
+@pytest.fixture
+def unforced(monkeypatch):
+    monkeypatch.delenv("DPEDU_START_METHOD", raising=False)
+    monkeypatch.setattr("sys.platform", "linux")
+
+
+def test_linux_without_gpus_forks(fake_gpus, unforced, monkeypatch):
+    fake_gpus(0)
+    assert choose_start_method() == ("fork", None)
+
+
+def test_linux_with_gpus_never_forks_from_the_kernel(fake_gpus, unforced, monkeypatch):
+    fake_gpus(2)
+    method, why = choose_start_method()
+    assert method == "forkserver" and "2 GPU(s)" in why and "touched CUDA" in why
+
+
+def test_multiprocessing_used_before_does_not_make_a_gpu_machine_fork(fake_gpus, unforced, monkeypatch):
+    from tqdm import tqdm
+
+    for _ in tqdm(range(2), disable=True):  # fixes multiprocessing's default start method ("fork" on Linux)
+        pass
+    assert mp.get_start_method(allow_none=True) is not None
+    fake_gpus(1)
+    assert choose_start_method()[0] == "forkserver"
+
+
+def test_macos_spawns(unforced, monkeypatch):
+    monkeypatch.setattr("sys.platform", "darwin")
+    assert choose_start_method() == ("spawn", "fork is not reliable on darwin")
+
+
+def test_the_environment_can_force_a_method(unforced, monkeypatch):
+    monkeypatch.setenv("DPEDU_START_METHOD", "spawn")  # macOS's path, tried on Linux
+    assert choose_start_method() == ("spawn", "the start method 'spawn' was requested")
+    assert choose_start_method("fork") == ("fork", None)  # an argument still wins
+
+
+def test_an_explicit_method_wins_and_a_wrong_one_is_refused(unforced):
+    assert choose_start_method("spawn") == ("spawn", "the start method 'spawn' was requested")
+    assert choose_start_method("fork") == ("fork", None)
+    with pytest.raises(ValueError, match="start_method must be one of"):
+        choose_start_method("teleport")
+
+
+# Every way torch has of initialising CUDA, replaced by a recorder before dpedu is imported. A CPU
+# build of torch answers these without touching a driver, so recording the calls is the only way a
+# CPU machine can check that dpedu never makes them.
+NO_CUDA_PLEASE = """
+import sys, torch
+calls = []
+def recorder(name):
+    return lambda *args, **kwargs: calls.append(name) or 0
+for name in ("is_available", "init", "_lazy_init", "current_device", "set_device", "get_device_properties",
+             "synchronize", "mem_get_info"):
+    setattr(torch.cuda, name, recorder(name))
+if hasattr(torch._C, "_cuda_getDeviceCount"):
+    torch._C._cuda_getDeviceCount = recorder("_cuda_getDeviceCount")
+torch.cuda.device_count = lambda: 2   # what NVML would answer on a machine with two GPUs
+import dpedu, dpedu.runtime.environment, dpedu.runtime.launcher, dpedu.runtime.start_methods
+for module in sys.argv[1:]:
+    __import__(module)
+print(dpedu.runtime.start_methods.choose_start_method()[0], dpedu.runtime.environment.gpu_count(),
+      dpedu.runtime.launcher._default_backend("nccl", 2), dpedu.runtime.launcher._default_backend(None, 2), calls)
+"""
+
+
+def test_choosing_and_the_forkserver_preload_never_touch_cuda():
+    run = subprocess.run([sys.executable, "-c", NO_CUDA_PLEASE, *FORKSERVER_PRELOAD], capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["forkserver", "2", "nccl", "gloo", "[]"]
