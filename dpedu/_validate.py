@@ -1,4 +1,7 @@
-"""Argument checks shared across dpedu: a ValueError that names the argument, before any work starts."""
+"""Argument checks shared across dpedu: a ValueError that names the argument, before any work starts.
+
+Used by every module of dpedu; no lesson shows these checks (``show_source`` folds them).
+"""
 
 from __future__ import annotations
 

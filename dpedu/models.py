@@ -1,5 +1,8 @@
 """The course's small models, built from a seed so that every run starts from the same weights, and a
-comparison of two sets of parameters (lessons 02, 03, 07 check "the same model" with it)."""
+comparison of two sets of parameters (lessons 02, 03, 07 check "the same model" with it).
+
+Used in lessons 01–07 and 09.
+"""
 
 from __future__ import annotations
 

@@ -13,6 +13,8 @@ A bfloat16 matmul on CPU goes through oneDNN, which picks the widest instruction
 some virtual machines it picks AMX instructions that the hypervisor does not allow, and the process
 dies with "Illegal instruction". ``BF16_ENV`` caps oneDNN below AMX: set it before the process's first
 matmul, and run bfloat16 work inside ranks (``dpedu.launch``), where a crash is an error, not a dead kernel.
+
+Used in lesson 09.
 """
 
 from __future__ import annotations

@@ -19,6 +19,8 @@ Assumptions, all stated so that they can be argued with:
 - Preferred order, least communication first: DDP; ZeRO-1 and ZeRO-2 (same traffic as DDP); ZeRO-3
   (1.5× DDP's); then tensor parallelism t = 2, 4, 8 inside a node, with DDP across the t-GPU groups
   (Megatron-LM's layout; all-reduces inside every layer, over the node's links).
+
+Used in lesson 09.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ Patarasuk & Yuan 2009)
 
 (plus the time to add, which on CPUs goes into β). Small messages cost α, large ones n·β; the size
 where the two are equal, n½ = p·α/β, tells which regime a gradient bucket is in.
+
+Used in lessons 04 and 08.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@
 ranks of batch b equal one process of batch N·b, each of which can be broken on purpose: the norm
 layer, the loss reduction, the sampler's seed, the shards' padding, and the random streams of
 dropout and augmentation.
+
+Used in lesson 07.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""The course map: one list of lessons that the README figure and lesson 00 both draw from."""
+"""The course map: one list of lessons that the README figure and lesson 00 both draw from.
+
+Used in lesson 00 and for the README's figure.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Figures used outside the notebooks: ``python -m dpedu.notebook.diagrams images`` writes them all."""
+"""Figures used outside the notebooks: ``python -m dpedu.notebook.diagrams images`` writes them all.
+
+Its figures are shown in lesson 02 and the README.
+"""
 
 from __future__ import annotations
 

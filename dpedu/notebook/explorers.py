@@ -1,7 +1,8 @@
 """Explorers that degrade gracefully, and progress bars that stay quiet under the tests (every lesson).
 
-``explore`` puts a slider on each option of a drawing function and redraws on every change (lessons 01,
-05, 06); without a frontend (``DPEDU_STATIC=1``, or no ipywidgets) it draws once. ``progress`` wraps long loops.
+``explore`` puts a slider on each option of a drawing function and redraws on every change (lessons 01 and
+06); without a frontend (``DPEDU_STATIC=1``, or no ipywidgets) it draws once. ``progress`` wraps long loops
+(lessons 01 and 09).
 """
 
 from __future__ import annotations

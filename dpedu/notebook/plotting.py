@@ -1,4 +1,7 @@
-"""One plotting style for the whole course, so that every figure reads the same way."""
+"""One plotting style for the whole course, so that every figure reads the same way.
+
+Used in every lesson with a figure (00–02, 04–07, 09).
+"""
 
 from __future__ import annotations
 

@@ -4,6 +4,8 @@ The parent learns through a pipe when the rank has started (``("started", None)`
 function unpickled, the process group joined) and then the outcome (a pickled ``("ok", result)`` or
 ``("error", ...)``), and the rank's printed output through two files, so that it can show each rank's
 output labelled and in rank order whatever the start method.
+
+Used by every ``dpedu.launch`` (lessons 00, 03, 04, 07, 08, 09).
 """
 
 from __future__ import annotations

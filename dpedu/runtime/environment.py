@@ -1,4 +1,7 @@
-"""What this machine offers for distributed training: the report lesson 00 opens with."""
+"""What this machine offers for distributed training: the report lesson 00 opens with.
+
+Used in lesson 00 and by ``./course check-gpu``.
+"""
 
 from __future__ import annotations
 

@@ -4,6 +4,8 @@ With a design matrix ``A`` (features plus a column of ones for the bias), the lo
 ``L(w) = mean((A w - y)^2)``. Everything a lesson wants to check against is closed-form: the
 optimum, the Hessian ``2 AᵀA / N`` (so the largest stable GD step is ``2 / λ_max``) and the gradient
 of every single example, whose spread is the noise of SGD.
+
+Used in lessons 01, 05 and 06.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 McCandlish et al. (2018): B_simple = tr(Σ) / |G|², with G the true gradient and Σ the covariance of
 per-example gradients. Much below B_simple a bigger batch buys an almost proportionally better
 step; much above it, almost nothing.
+
+Used in lesson 06.
 """
 
 from __future__ import annotations

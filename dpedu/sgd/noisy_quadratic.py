@@ -5,6 +5,8 @@ Its expected loss is ``noise² + Σ λ_i δ_i²`` with ``δ = w - w*``, the Hess
 (Isserlis' theorem) the expected excess loss of mini-batch SGD follows a closed recursion, so
 "steps to reach a loss" can be computed for any batch size and learning rate without sampling
 noise: the noisy quadratic model of Zhang et al. (2019).
+
+Used in lesson 06.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 ``batch_size = len(X)`` is full-batch gradient descent, ``batch_size = 1`` is SGD, anything between
 is mini-batch SGD. Each epoch visits the examples once in a fresh random order (sampling without
 replacement); the last batch of an epoch may be smaller.
+
+Used in lessons 01 and 06.
 """
 
 from __future__ import annotations

@@ -1,6 +1,20 @@
+"""dpedu.notebook: explorers, progress bars, and show_source with its file, lines and folded checks."""
+
+import ast
+import inspect
+import json
+import re
+import textwrap
+from pathlib import Path
+
 import pytest
 
+from dpedu.data_parallel import mini_ddp
 from dpedu.notebook import explore, progress, show_source, widgets_enabled
+from dpedu.notebook.show import _is_check, _is_docstring, fold_checks
+from dpedu.sgd import staleness
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 
 def test_explore_draws_the_first_choice_when_widgets_are_off(monkeypatch):
@@ -17,8 +31,86 @@ def test_explore_rejects_options_that_are_not_choices(values):
         explore(lambda lr: None, lr=values)
 
 
-def test_show_source_shows_the_code_itself():
-    assert "def explore" in show_source(explore).data
+def test_show_source_shows_the_code_itself_headed_by_its_file_and_lines():
+    shown = show_source(explore).data
+    lines, first = inspect.getsourcelines(explore)
+    assert shown.splitlines()[0] == f"# dpedu/notebook/explorers.py, lines {first}–{first + len(lines) - 1}"
+    assert "def explore" in shown
+
+
+def test_a_block_of_opening_checks_is_folded_into_one_line_that_says_where_it_is():
+    shown = show_source(staleness.delayed_gd).data
+    lines, first = inspect.getsourcelines(staleness.delayed_gd)
+    body = ast.parse("".join(lines)).body[0].body
+    checks = body[1:[i for i, s in enumerate(body) if i > 0 and not _is_check(s)][0]]
+    start, end = first + checks[0].lineno - 1, first + checks[-1].end_lineno - 1
+    assert f"    ...  # argument checks, folded (lines {start}–{end})" in shown.splitlines()
+    assert "raise ValueError" not in shown.split("argument checks, folded")[0]
+    assert "iterates = [x0.clone()]" in shown  # the code after the checks is shown as it is
+
+
+def test_folding_keeps_everything_that_is_not_an_opening_check():
+    source = (
+        "def f(x, n):\n"
+        '    """Doc."""\n'
+        "    whole('n', n)\n"
+        "    if x is None:\n"
+        "        raise ValueError('x')\n"
+        "    self_value = whole('n', n)\n"  # binds a new name: not a pure check, so it stays
+        "    if n > 3:\n"
+        "        raise ValueError('late')\n"  # a check after the first other statement stays too
+        "    return x\n"
+        "\n"
+        "def g(x):\n"
+        "    real('x', x)\n")  # all checks: nothing left to read past, shown as it is
+    folded = fold_checks(source, first_line=10)
+    assert folded.splitlines()[2] == "    ...  # argument checks, folded (lines 12–14)"
+    assert folded.splitlines()[3:] == source.splitlines()[5:]
+
+
+def test_methods_of_a_shown_class_are_folded_too():
+    shown = show_source(mini_ddp.MiniDDP).data
+    init = shown[shown.index("def __init__"):]
+    assert init.splitlines()[1].strip().startswith("...  # argument checks, folded")
+
+
+def _shown_objects():
+    """Every ``show_source(...)`` argument in the notebooks, evaluated with the notebook's dpedu imports."""
+    for notebook in sorted(NOTEBOOKS.glob("*.ipynb")):
+        cells = ["".join(cell["source"]) for cell in json.loads(notebook.read_text())["cells"]
+                 if cell["cell_type"] == "code"]
+        imports = [line for cell in cells for line in cell.splitlines() if re.match(r"(from|import) dpedu", line)]
+        namespace: dict = {}
+        exec("\n".join(imports), namespace)
+        for cell in cells:
+            for expression in re.findall(r"show_source\(([^)]*)\)", cell):
+                yield f"{notebook.name[:2]}: {expression}", eval(expression, namespace)
+
+
+def _guard_like(statement: ast.stmt, module_globals: dict) -> bool:
+    """Judged independently of show.py's rules: an ``if`` that raises, or a call whose result is thrown
+    away to a function that can raise (its only use here is to raise)."""
+    if isinstance(statement, ast.If):
+        return any(isinstance(s, ast.Raise) for s in statement.body)
+    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+        callee = statement.value.func
+        function = module_globals.get(callee.id) if isinstance(callee, ast.Name) else None
+        return inspect.isfunction(function) and "raise " in inspect.getsource(function)
+    return False
+
+
+def test_no_function_a_lesson_shows_opens_with_argument_checks():
+    opening_with_checks = []
+    for where, obj in _shown_objects():
+        lines, first = inspect.getsourcelines(obj)
+        module_globals = vars(inspect.getmodule(obj))
+        for node in ast.walk(ast.parse(fold_checks(textwrap.dedent("".join(lines)), first))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                body = [s for s in node.body if not _is_docstring(s)
+                        and not (isinstance(s, ast.Expr) and getattr(s.value, "value", None) is Ellipsis)]
+                if body and _guard_like(body[0], module_globals):
+                    opening_with_checks.append(f"{where}: {node.name}")
+    assert not opening_with_checks
 
 
 def test_progress_is_quiet_under_the_tests_and_yields_everything(monkeypatch, capsys):
