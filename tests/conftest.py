@@ -9,9 +9,14 @@ nbval checks it as before; CI's runs on other CPU kernel paths (``./course test 
 
 from __future__ import annotations
 
+import multiprocessing as mp
+import signal
+from pathlib import Path
+
 import pytest
 
 from dpedu.runtime import start_methods
+from dpedu.runtime.failures import leftover_processes
 
 BROWSER_TEST = "test_run_all_in_jupyterlab_shows_no_error_and_explorers_redraw"
 
@@ -37,3 +42,24 @@ def fake_gpus(monkeypatch):
     consistent GPU machine for the start method, the backend, the report and every GPU branch.
     """
     return lambda n: monkeypatch.setattr(start_methods, "gpu_count", lambda: n)
+
+
+@pytest.fixture
+def no_leftover_processes():
+    """After the test: no child process of this one, and (on Linux) nothing a launch left running."""
+    yield
+    assert mp.active_children() == []
+    if Path("/proc").exists():
+        assert leftover_processes() == []
+
+
+@pytest.fixture
+def ctrl_c_raises():
+    """Ctrl-C raises KeyboardInterrupt, as in a terminal or a Jupyter kernel.
+
+    A shell ignores SIGINT in its background jobs, and Python keeps it ignored, so a test run
+    started that way (as CI may be) would otherwise never see the interrupt.
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)

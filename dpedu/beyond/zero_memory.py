@@ -13,21 +13,17 @@ In torch: ``ZeroRedundancyOptimizer`` is stage 1 (with DDP for the gradients), a
 forward to backward (ZeRO-2 keeps them all the time); here stage 2 is its formula only. On CPU the
 training here is plain float32 Adam: 4 + 4 + 8 bytes per parameter, the same formulas with other byte
 counts. ``held_bytes`` measures what a rank actually holds; ``train`` trains the same model under DDP,
-ZeRO-1 and FSDP2 and counts their collectives.
+ZeRO-1 and FSDP2 and counts what their collectives send (``dpedu.runtime.traffic.bytes_sent``).
+
+Used in lesson 09.
 """
 
 from __future__ import annotations
-
-from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
-from unittest import mock
 
 import torch
 import torch._dynamo  # noqa: F401 - before any process group exists: see the note in dpedu/data_parallel/digits_ddp.py
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.optim import ZeroRedundancyOptimizer
@@ -35,8 +31,9 @@ from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from dpedu._validate import real, whole
+from dpedu.runtime.traffic import bytes_sent
 
-__all__ = ["model_state_bytes", "held_bytes", "traffic", "mlp", "train", "KINDS"]
+__all__ = ["model_state_bytes", "held_bytes", "tanh_mlp", "train", "KINDS"]
 
 KINDS = ("ddp", "zero1", "fsdp")
 
@@ -80,27 +77,7 @@ def held_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, 
                                 if isinstance(t, torch.Tensor) and t.dim() > 0)}
 
 
-@contextmanager
-def traffic() -> Iterator[dict[str, int]]:
-    """Inside the block, add up the bytes of the whole tensor each collective of this process works on,
-    by name: all-reduce and broadcast their tensor, all-gather its output, reduce-scatter its input."""
-    counts: dict[str, int] = defaultdict(int)
-
-    def counting(name, real_call, which):
-        def call(*args, **kwargs):
-            tensor = kwargs.get(which[0], args[which[1]] if len(args) > which[1] else None)
-            counts[name] += tensor.numel() * tensor.element_size()
-            return real_call(*args, **kwargs)
-        return call
-
-    patches = {"all_reduce": ("tensor", 0), "broadcast": ("tensor", 0), "all_gather_single": ("output_tensor", 0),
-               "reduce_scatter_single": ("input", 1)}
-    with mock.patch.multiple(dist, **{name: counting(name, getattr(dist, name), which)
-                                      for name, which in patches.items()}):
-        yield counts
-
-
-def mlp(seed: int = 0) -> nn.Sequential:
+def tanh_mlp(seed: int = 0) -> nn.Sequential:
     """16 -> 32 -> 32 -> 4 with Tanh: 1,732 parameters, every weight's rows divisible by 1, 2 and 4."""
     torch.manual_seed(seed)
     return nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 4))
@@ -112,17 +89,17 @@ def _batch(rank: int, step: int, size: int = 8) -> tuple[torch.Tensor, torch.Ten
 
 
 def train(kind: str, *, steps: int, lr: float = 1e-2, device: str | torch.device = "cpu") -> dict:
-    """Inside ranks: train ``mlp()`` with Adam for ``steps`` steps under ``kind`` ("ddp", "zero1" or
+    """Inside ranks: train ``tanh_mlp()`` with Adam for ``steps`` steps under ``kind`` ("ddp", "zero1" or
     "fsdp"), each rank on its own batches, on ``device`` (the CPU, or this rank's GPU under nccl).
     Returns the whole trained parameters (on the CPU), the bytes this rank holds after the last step
-    (``held_bytes``), the collectives' bytes of the last step (``traffic``) and, for ZeRO-1, the shapes
-    of the parameters whose optimizer state this rank owns."""
+    (``held_bytes``), what its collectives sent in the last step, by kind (``traffic``, from
+    ``bytes_sent``) and, for ZeRO-1, the shapes of the parameters whose optimizer state this rank owns."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     whole("steps", steps)
     real("lr", lr, above=0)
     device = torch.device(device)
-    model, owned = mlp().to(device), None
+    model, owned = tanh_mlp().to(device), None
     if kind == "fsdp":
         # The mesh names the device the ranks use. Left out, FSDP2 builds one on the accelerator torch was
         # *built* for: "cuda" on PyPI's default Linux build even without a GPU, so CPU ranks would fail.
@@ -134,7 +111,6 @@ def train(kind: str, *, steps: int, lr: float = 1e-2, device: str | torch.device
         wrapped, optimizer = model, torch.optim.Adam(model.parameters(), lr=lr)
     else:  # gradients as views of DDP's buckets: else DDP keeps a second copy of every gradient
         wrapped = DDP(model, gradient_as_bucket_view=True)
-        wrapped.register_comm_hook(None, allreduce_hook)  # torch's default, called from Python: countable
         if kind == "ddp":
             optimizer = torch.optim.Adam(model.parameters(), lr=lr)
         else:
@@ -143,9 +119,9 @@ def train(kind: str, *, steps: int, lr: float = 1e-2, device: str | torch.device
     for step in range(steps):
         x, y = (t.to(device) for t in _batch(dist.get_rank(), step))
         optimizer.zero_grad()
-        with traffic() as sent:
+        with bytes_sent() as sent:
             nn.functional.mse_loss(wrapped(x), y).backward()
             optimizer.step()
     held = held_bytes(model, optimizer)
     params = [(p.full_tensor() if isinstance(p, DTensor) else p.detach()).cpu().clone() for p in model.parameters()]
-    return {"params": params, "held": held, "traffic": dict(sent), "owned": owned}
+    return {"params": params, "held": held, "traffic": sent.by_kind(), "owned": owned}

@@ -25,12 +25,11 @@ import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 from dpedu._validate import real
-from dpedu.runtime.commands import Finished, _has_exited, run_together
-from dpedu.runtime.processes import InterruptGuard, live_processes, stop_groups
+from dpedu.runtime.commands import Finished, run_together
+from dpedu.runtime.processes import InterruptGuard, Supervisor, has_exited, live_processes, stop_and_reap, wait_until
 from dpedu.runtime.rendezvous import free_port, loopback_interface
 
 PROGRAMS = ("slurmctld", "slurmd", "sbatch", "srun", "scontrol", "scancel", "squeue")
@@ -123,7 +122,7 @@ class LocalCluster:
         # Fields are "Key=value" separated by spaces; a value (a path) may hold spaces but never "Key=".
         return dict(field.split("=", 1) for field in re.split(r" (?=[\w/:]+=)", line) if "=" in field)
 
-    def _start(self, timeout: float, interrupts: InterruptGuard) -> None:
+    def _start(self, timeout: float, supervisor: Supervisor) -> None:
         memory_mb = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2**20
         ports = (first := free_port(), next(p for p in iter(free_port, None) if p != first))
         for sub in ("state", "spool"):
@@ -134,19 +133,19 @@ class LocalCluster:
                 self.daemons[name] = subprocess.Popen([_program(name), "-D", "-f", str(self.conf), *extra],
                                                       env=self.env, stdin=subprocess.DEVNULL, stdout=log,
                                                       stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while True:
-            interrupts.check()
+        node = ""  # what scontrol last said of the node
+
+        def idle() -> bool:
+            nonlocal node
             for name, daemon in self.daemons.items():
-                if _has_exited(daemon):
+                if has_exited(daemon):
                     raise RuntimeError(f"{name} exited while starting; its log ends:\n{self._log_tail(name)}")
             node = self._client("scontrol", "show", "node", "-o", NODE, timeout=5.0).stdout
-            if re.search(r"\bState=IDLE\s", node):
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the node was not idle after timeout={timeout:g} s ({node.strip() or 'no answer'})"
-                                   f"; slurmctld's log ends:\n{self._log_tail('slurmctld')}")
-            time.sleep(0.1)
+            return re.search(r"\bState=IDLE\s", node) is not None
+
+        supervisor.wait(idle, timeout, lambda: TimeoutError(
+            f"the node was not idle after timeout={timeout:g} s ({node.strip() or 'no answer'}); slurmctld's log "
+            f"ends:\n{self._log_tail('slurmctld')}"), poll=0.1)
 
     def _log_tail(self, name: str, lines: int = 10) -> str:
         return "\n".join((self.directory / f"{name}.log").read_text(errors="replace").splitlines()[-lines:])
@@ -171,7 +170,19 @@ class LocalCluster:
             raise ValueError(f"env must map names to strings, got {env!r}")
         real("timeout", timeout, above=0)
         start = time.monotonic()
-        with InterruptGuard() as interrupts:
+        job_id = 0  # none submitted yet
+        fields: dict[str, str] = {}  # what scontrol last said of the job
+
+        def cancel_unless_ended(ended: bool) -> None:  # a timeout, Ctrl-C or error: the job is cancelled
+            if job_id and not ended:
+                self._client("scancel", str(job_id))
+
+        def ended() -> bool:
+            nonlocal fields
+            fields = self._job(job_id)
+            return fields.get("JobState", "UNKNOWN") in ENDED
+
+        with Supervisor(cancel_unless_ended) as supervisor:
             # The output file goes to the cluster's directory, whatever the script's --output says, so that a
             # run leaves nothing behind in the course's folders.
             submitted = self._client("sbatch", "--parsable", f"--output={self.directory / '%x-%j.out'}",
@@ -179,16 +190,10 @@ class LocalCluster:
             if submitted.returncode != 0:
                 raise RuntimeError(f"sbatch refused {script}: {submitted.stderr.strip()}")
             job_id = int(submitted.stdout.strip().split(";")[0])  # "id" or "id;cluster"
-            try:
-                while (state := (fields := self._job(job_id)).get("JobState", "UNKNOWN")) not in ENDED:
-                    interrupts.check()
-                    if time.monotonic() - start > timeout:
-                        raise TimeoutError(f"job {job_id} ({Path(script).name}) was still {state} after "
-                                           f"timeout={timeout:g} s, and was cancelled")
-                    time.sleep(0.1)
-            except BaseException:
-                self._client("scancel", str(job_id))
-                raise
+            supervisor.wait(ended, start + timeout - time.monotonic(), lambda: TimeoutError(
+                f"job {job_id} ({Path(script).name}) was still {fields.get('JobState', 'UNKNOWN')} after "
+                f"timeout={timeout:g} s, and was cancelled"), poll=0.1)
+        state = fields["JobState"]
         output_path = fields.get("StdOut", "")
         output = Path(output_path).read_text(errors="replace") if output_path and Path(output_path).is_file() else ""
         return Job(job_id, state, int(fields.get("ExitCode", "0:0").split(":")[0]), output, output_path,
@@ -207,18 +212,11 @@ class LocalCluster:
 
     def _stop(self) -> None:
         ctld = self.daemons.get("slurmctld")
-        if ctld is not None and not _has_exited(ctld):
+        if ctld is not None and not has_exited(ctld):
             # Jobs first: slurmstepd, which runs them, outlives slurmd by design (a restarted slurmd adopts it).
             self._client("scancel", "--partition=dpedu")
-            deadline = time.monotonic() + 10.0
-            while self._client("squeue", "-h", "-o", "%i").stdout.strip() and time.monotonic() < deadline:
-                time.sleep(0.1)
-        stop_groups({p.pid: partial(_has_exited, p) for p in self.daemons.values()}, grace=2.0)
-        for name, daemon in self.daemons.items():
-            try:
-                daemon.wait(5.0)
-            except subprocess.TimeoutExpired:
-                warnings.warn(f"{name} (pid {daemon.pid}) did not end after SIGKILL", RuntimeWarning, stacklevel=3)
+            wait_until(lambda: not self._client("squeue", "-h", "-o", "%i").stdout.strip(), 10.0, poll=0.1)
+        stop_and_reap(list(self.daemons.values()), grace=2.0)
         self._kill_leftovers()
 
     def _kill_leftovers(self) -> None:
@@ -234,12 +232,9 @@ class LocalCluster:
         finally:
             for fd in fds.values():
                 os.close(fd)
-        deadline = time.monotonic() + 5.0
-        while (left := _processes_of(str(self.conf))) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        if left:
-            warnings.warn(f"processes of the Slurm jobs still running after SIGKILL: {left}", RuntimeWarning,
-                          stacklevel=3)
+        if not wait_until(lambda: not _processes_of(str(self.conf)), 5.0, poll=0.02):
+            warnings.warn(f"processes of the Slurm jobs still running after SIGKILL: {_processes_of(str(self.conf))}",
+                          RuntimeWarning, stacklevel=3)
 
 
 def _processes_of(conf: str) -> list[int]:
@@ -268,8 +263,10 @@ def local_cluster(timeout: float = 20.0) -> Iterator[LocalCluster]:
         raise RuntimeError(reason)
     cluster = LocalCluster(Path(tempfile.mkdtemp(prefix="dpedu-slurm-")))
     try:
-        with InterruptGuard() as interrupts:  # Ctrl-C only between steps: no daemon started but unrecorded
-            cluster._start(timeout, interrupts)
+        # Ctrl-C only between steps: no daemon started but unrecorded. The cluster outlives this wait: it is
+        # stopped below, however the block ends.
+        with Supervisor() as supervisor:
+            cluster._start(timeout, supervisor)
         yield cluster
     finally:
         with InterruptGuard():  # a second Ctrl-C is raised after the clean-up, not in it
@@ -288,7 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if (reason := unavailable_reason()) is not None:
         print(reason, file=sys.stderr)
         return 2
-    package_root = str(Path(__file__).resolve().parents[1])  # the job's python imports this same dpedu
+    package_root = str(Path(__file__).resolve().parents[2])  # the job's python imports this same dpedu
     env = {"PYTHON": os.environ.get("PYTHON", sys.executable),
            "RDZV_PORT": os.environ.get("RDZV_PORT", str(free_port())),
            "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}

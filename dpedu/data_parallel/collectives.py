@@ -1,4 +1,4 @@
-"""All-reduce from point-to-point messages, three ways, and a count of the bytes each rank sends.
+"""All-reduce from point-to-point messages, three ways, and the bytes each way sends per rank.
 
 Every rank holds a tensor of n elements; all-reduce leaves the sum on every rank. With p ranks:
 
@@ -13,47 +13,20 @@ Every rank holds a tensor of n elements; all-reduce leaves the sum on every rank
   its neighbour: the traffic per rank stays flat as ranks are added, which is why gloo and NCCL (beside
   its trees) use rings.
 
-``bytes_sent()`` counts what this rank's calls of these functions send.
+``dpedu.runtime.traffic.bytes_sent()`` counts what each rank sends (lesson 04 checks these formulas with it).
+
+Used in lesson 04.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
-
 import torch
 import torch.distributed as dist
 
-__all__ = ["ring_all_reduce", "naive_all_reduce", "sharded_server_all_reduce", "bytes_sent", "Sent"]
-
-
-@dataclass
-class Sent:
-    """What this rank sent inside a ``with bytes_sent() as sent:`` block."""
-
-    bytes: int = 0
-    messages: int = 0
-
-
-_counters: list[Sent] = []
-
-
-@contextmanager
-def bytes_sent() -> Iterator[Sent]:
-    """Count the bytes and messages this rank's all-reduces of this module send inside the block."""
-    sent = Sent()
-    _counters.append(sent)
-    try:
-        yield sent
-    finally:
-        _counters.remove(sent)
+__all__ = ["ring_all_reduce", "naive_all_reduce", "sharded_server_all_reduce"]
 
 
 def _isend(tensor: torch.Tensor, to: int, group: dist.ProcessGroup | None) -> dist.Work:
-    for sent in _counters:
-        sent.bytes += tensor.numel() * tensor.element_size()
-        sent.messages += 1
     return dist.isend(tensor, _global(group, to), group=group)
 
 

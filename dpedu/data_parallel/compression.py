@@ -9,16 +9,19 @@ backend nor whether a GPU is present. So the CPU-only build (and macOS's) refuse
 although gloo all-reduces bfloat16 fine, while PyPI's default Linux build accepts it there even without a
 GPU. ``bf16_allreduce_hook`` below is the same idea in ten lines, under a name DDP does not check, on
 every build.
+
+``payload_bytes`` counts what each hook sends per bucket, with ``dpedu.runtime.traffic.bytes_sent``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from unittest import mock
 
 import torch
 import torch.distributed as dist
+
+from dpedu.runtime.traffic import Sent, bytes_sent
 
 __all__ = ["bf16_allreduce_hook", "payload_bytes", "Payload"]
 
@@ -37,37 +40,32 @@ def bf16_allreduce_hook(process_group, bucket):  # no annotations: DDP checks th
 
 
 class Payload:
-    """The bytes of every tensor handed to ``dist.all_reduce``, in order, and where each call of a hook
-    wrapped by ``counted`` began: what one DDP bucket cost, its follow-up all-reduces included (PowerSGD
-    sends Q only once P has arrived, from a callback that runs after the hook has returned)."""
+    """What this rank sent (``sent``, from ``bytes_sent``) and where each call of a hook wrapped by ``counted``
+    began: what one DDP bucket cost, follow-up collectives included (PowerSGD sends P, then Q, from callbacks
+    chained on its first all-reduce)."""
 
-    def __init__(self):
-        self.sizes: list[int] = []
+    def __init__(self, sent: Sent) -> None:
+        self.sent = sent
         self.call_starts: list[int] = []
 
     def counted(self, hook):
         def counting_hook(state, bucket):  # no annotations: DDP checks them, and here they would be strings
-            self.call_starts.append(len(self.sizes))
+            self.call_starts.append(len(self.sent.calls))
             return hook(state, bucket)
         return counting_hook
 
     def per_call(self) -> list[int]:
-        """Bytes all-reduced for each call of the counted hook (DDP calls it once per bucket and step)."""
-        bounds = [*self.call_starts, len(self.sizes)]
-        return [sum(self.sizes[start:end]) for start, end in zip(bounds, bounds[1:], strict=False)]
+        """Bytes sent from each call of the counted hook to the next (DDP calls it once per bucket and step),
+        the last one's up to the end of the block. DDP's own calls in between count too: in its second
+        forward, rank 0 broadcasts the bucket order it settled on."""
+        bounds = [*self.call_starts, len(self.sent.calls)]
+        return [Sent(self.sent.calls[start:end]).bytes for start, end in zip(bounds, bounds[1:], strict=False)]
 
 
 @contextmanager
 def payload_bytes() -> Iterator[Payload]:
-    """Inside the block, record the bytes of every tensor this process hands to ``dist.all_reduce``
-    (the hooks' payload; how many bytes then cross the wire is the all-reduce's business: a ring sends
-    2(p - 1)/p of it per rank)."""
-    payload = Payload()
-    real_all_reduce = dist.all_reduce
-
-    def counting(tensor, *args, **kwargs):
-        payload.sizes.append(tensor.numel() * tensor.element_size())
-        return real_all_reduce(tensor, *args, **kwargs)
-
-    with mock.patch.object(dist, "all_reduce", counting):
-        yield payload
+    """Inside the block, count what this rank sends (``bytes_sent``: for an all-reduce, the bytes of the
+    tensor it hands in; how many bytes then cross the wire is the all-reduce's business: a ring sends
+    2(p - 1)/p of it per rank), to be split by hook call with ``Payload.counted``."""
+    with bytes_sent() as sent:
+        yield Payload(sent)

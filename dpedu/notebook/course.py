@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 
 class Lesson(NamedTuple):

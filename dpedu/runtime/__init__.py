@@ -5,9 +5,10 @@
   so a test fakes a GPU machine by patching it alone).
 - ``rendezvous``: free ports and the loopback interface for a process group.
 - ``failures``: the first failing rank, where stuck ranks were waiting, leftover processes.
-- ``processes``: start and stop process groups safely; the one supervision loop every started process
-  is waited for with (deadline, Ctrl-C, failure).
+- ``processes``: start, supervise and stop process groups safely: the one ``has_exited``, the one
+  ``Supervisor`` every started process is waited for with (deadline, Ctrl-C, failure), ``stop_and_reap``.
 - ``commands``: torchrun, mpirun and other programs run together from a cell.
+- ``traffic``: the bytes this rank hands to ``torch.distributed``'s calls (lessons 04 and 09).
 - ``environment``: the machine report of lesson 00.
 
 Nothing here imports the course's content packages.

@@ -15,6 +15,8 @@ what a plain ``mp.spawn`` gives, ``launch`` guarantees what a classroom needs:
 The child side (what runs inside each rank) lives in :mod:`dpedu.runtime._rank`; how ranks are started
 (fork, forkserver, spawn) in :mod:`dpedu.runtime.start_methods`; how failures and hangs are told apart and
 explained in :mod:`dpedu.runtime.failures`.
+
+Used in lessons 00, 03, 04, 07, 08 and 09 (and by ``./course check-gpu``).
 """
 
 from __future__ import annotations
@@ -23,11 +25,10 @@ import os
 import pickle
 import sys
 import tempfile
-import time
 import warnings
 from collections.abc import Callable, Sequence
 from functools import partial
-from multiprocessing.connection import wait
+from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
 
@@ -35,8 +36,8 @@ import cloudpickle
 
 from dpedu._validate import real, whole
 from dpedu.runtime import _rank, start_methods
-from dpedu.runtime.failures import LaunchTimeoutError, died, first_failure, has_exited, where_stuck
-from dpedu.runtime.processes import InterruptGuard, stop_groups
+from dpedu.runtime.failures import LaunchTimeoutError, died, first_failure, where_stuck
+from dpedu.runtime.processes import Supervisor, stop_and_reap
 from dpedu.runtime.rendezvous import free_port, loopback_interface
 
 __all__ = ["launch"]
@@ -142,10 +143,14 @@ def _run(payload: bytes, world_size: int, backend: str, method: str, timeout: fl
     if "GLOO_SOCKET_IFNAME" not in os.environ and (loopback := loopback_interface()):
         env["GLOO_SOCKET_IFNAME"] = loopback  # all ranks are on this machine; skip hostname lookups
     processes: list[BaseProcess] = []
-    finished_ok = False
-    with tempfile.TemporaryDirectory(prefix="dpedu-launch-") as logdir, InterruptGuard() as interrupts:
+    with tempfile.TemporaryDirectory(prefix="dpedu-launch-") as logdir:
         outputs = [_rank.RankOutput(logdir, r) for r in range(world_size)]
-        try:
+
+        def stop(succeeded: bool) -> None:  # success: let the ranks tear down their groups; else stop all now
+            stop_and_reap(processes, exit_grace=5.0 if succeeded else 0.0)
+            _rank.show_outputs(outputs, final=True)
+
+        with Supervisor(stop) as supervisor:
             readers = []
             for r in range(world_size):
                 reader, writer = ctx.Pipe(duplex=False)
@@ -159,88 +164,83 @@ def _run(payload: bytes, world_size: int, backend: str, method: str, timeout: fl
                 writer.close()
                 processes.append(p)
                 readers.append(reader)
-            results = _collect(processes, readers, outputs, timeout, stream, interrupts, logdir)
-            finished_ok = True
-        finally:  # success: let the ranks tear down their groups; otherwise stop everything now
-            _stop(processes, exit_grace=5.0 if finished_ok else 0.0)
-            _rank.show_outputs(outputs, final=True)
-    return results
+            ranks = _Ranks(processes, readers, outputs, stream, logdir)
+            # Two deadlines: START_UP_LIMIT until every rank has said it started, then ``timeout``, so that a
+            # slow start (spawn, a cold forkserver, a loaded machine) never eats into the function's own time.
+            supervisor.wait(ranks.all_started, START_UP_LIMIT, partial(ranks.timed_out, START_UP_LIMIT, starting=True),
+                            wake_on=ranks.waiting_on)
+            supervisor.wait(ranks.all_finished, timeout, partial(ranks.timed_out, timeout), wake_on=ranks.waiting_on)
+            return ranks.results
 
 
-def _stop(processes: Sequence[BaseProcess], exit_grace: float = 0.0) -> None:
-    """Give ranks ``exit_grace`` s to exit, stop each rank and its process group, reap all."""
-    started = [p for p in processes if p.pid is not None]
-    # Not those already reaped (a rank that died silently, see failures.died): their pid is free.
-    running = [p for p in started if p._popen.returncode is None]
-    stop_groups({p.pid: partial(has_exited, p) for p in running}, exit_grace=exit_grace)
-    for p in started:
-        p.join(5.0)  # SIGKILLed just now: only a process stuck in the kernel could take longer
-        if p.exitcode is None:
-            warnings.warn(f"dpedu.launch: {p.name} (pid {p.pid}) did not end after SIGKILL", RuntimeWarning,
-                          stacklevel=3)
-        else:
-            p.close()
+class _Ranks:
+    """What launch knows of its ranks while they run: every report read, failing fast on the first error,
+    a silent death or a port taken."""
 
+    def __init__(self, processes: list[BaseProcess], readers: list[Connection], outputs: list[_rank.RankOutput],
+                 stream: bool, logdir: str) -> None:
+        self.processes, self.readers, self.outputs, self.logdir = processes, readers, outputs, logdir
+        self.stream = stream  # show output as it arrives
+        self.results: list[Any] = [None] * len(processes)
+        self.pending = {reader: rank for rank, reader in enumerate(readers)}
+        self.sentinels = {p.sentinel: rank for rank, p in enumerate(processes)}
+        self.started: set[int] = set()
+        self.finished: list[int] = []
 
-def _collect(processes, readers, outputs, timeout, stream, interrupts, logdir) -> list[Any]:
-    """Wait for every rank's report; fail fast on the first error, a silent death or a deadline.
+    def waiting_on(self) -> list[Connection | int]:
+        """The pipes of the ranks not done yet, and their sentinels (ready when a rank dies)."""
+        return list(self.pending) + [s for s, r in self.sentinels.items() if r in self.pending.values()]
 
-    Two deadlines: ``START_UP_LIMIT`` until every rank has said it started, then ``timeout`` from that
-    moment, so that a slow start (spawn, a cold forkserver, a loaded machine) never eats into the
-    function's own time, and a hang is always reported from inside the function.
-    """
-    results: list[Any] = [None] * len(processes)
-    pending = {reader: rank for rank, reader in enumerate(readers)}
-    sentinels = {p.sentinel: rank for rank, p in enumerate(processes)}
-    started: set[int] = set()
-    finished: list[int] = []
-    deadline = time.monotonic() + START_UP_LIMIT
-    while pending:
-        interrupts.check()  # Ctrl-C becomes KeyboardInterrupt here, and only here
-        left = deadline - time.monotonic()
-        if left <= 0:
-            unfinished = sorted(pending.values())
-            where = where_stuck(processes, unfinished, logdir)
-            if len(started) < len(processes):
-                raise LaunchTimeoutError(sorted(set(unfinished) - started), START_UP_LIMIT, where, finished,
-                                         starting=True)
-            raise LaunchTimeoutError(unfinished, timeout, where, finished)
-        ready = wait(list(pending) + [s for s, r in sentinels.items() if r in pending.values()],
-                     timeout=min(left, 0.05))
-        if stream:
-            _rank.show_outputs(outputs, final=False)
+    def all_started(self) -> bool:
+        self._read()
+        return len(self.started) == len(self.processes)
+
+    def all_finished(self) -> bool:
+        self._read()
+        return not self.pending
+
+    def timed_out(self, limit: float, starting: bool = False) -> LaunchTimeoutError:
+        """The error for ranks not started (``starting``) or not finished within ``limit`` s."""
+        unfinished = sorted(self.pending.values())
+        where = where_stuck(self.processes, unfinished, self.logdir)
+        ranks = sorted(set(unfinished) - self.started) if starting else unfinished
+        return LaunchTimeoutError(ranks, limit, where, self.finished, starting=starting)
+
+    def _read(self) -> None:
+        """Take every report that has arrived, without waiting; raise the failure, if any."""
+        ready = wait(self.waiting_on(), timeout=0)
+        if self.stream:
+            _rank.show_outputs(self.outputs, final=False)
         errors = []
-        for reader in [r for r in ready if r in pending]:
-            rank = pending[reader]
+        for reader in [r for r in ready if r in self.pending]:
+            rank = self.pending[reader]
             try:
                 status, value = pickle.loads(reader.recv_bytes())
             except EOFError:  # the pipe closed with no report: the rank died
-                raise died(processes[rank], rank) from None
+                raise died(self.processes[rank], rank) from None
             if status == _rank.STARTED:
-                started.add(rank)
-                if len(started) == len(processes):
-                    deadline = time.monotonic() + timeout
+                self.started.add(rank)
                 continue
-            del pending[reader]
+            del self.pending[reader]
             if status == _rank.PORT_TAKEN:
                 raise _PortTaken
             if status == "error":
                 errors.append((value[2], rank, value[:2]))
             else:
-                results[rank] = value
-                finished.append(rank)
+                self.results[rank] = value
+                self.finished.append(rank)
         if errors:  # let the others' reports (or deaths) arrive, to tell the first failure from its effects
-            wait([processes[rank].sentinel for rank in pending.values()], timeout=0.2)
-            reports = _reports_sent(pending)
+            wait([self.processes[rank].sentinel for rank in self.pending.values()], timeout=0.2)
+            reports = _reports_sent(self.pending)
             if any(status == _rank.PORT_TAKEN for status, _ in reports.values()):
                 raise _PortTaken  # the others failed because rank 0 could not listen
             errors += [(value[2], rank, value[:2]) for rank, (status, value) in reports.items() if status == "error"]
-            raise first_failure(errors, [r for r in pending.values() if r not in reports], processes, finished)
+            silent = [r for r in self.pending.values() if r not in reports]
+            raise first_failure(errors, silent, self.processes, self.finished)
         for sentinel in ready:
-            rank = sentinels.get(sentinel)
-            if rank in pending.values() and not readers[rank].poll():
-                raise died(processes[rank], rank)  # (poll: a report sent just before exiting is read)
-    return results
+            rank = self.sentinels.get(sentinel)
+            if rank in self.pending.values() and not self.readers[rank].poll():
+                raise died(self.processes[rank], rank)  # (poll: a report sent just before exiting is read)
 
 
 def _reports_sent(pending: dict) -> dict[int, tuple[str, Any]]:

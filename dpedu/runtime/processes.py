@@ -1,22 +1,36 @@
-"""Starting and stopping processes safely: Ctrl-C never strands a half-started one, and stopping a
-process also stops every process it started, without touching anyone else's.
+"""Starting, supervising and stopping processes safely: Ctrl-C never strands a half-started one, no wait
+lasts past its deadline, and stopping a process also stops every process it started, without touching
+anyone else's.
 
 Each process dpedu starts leads its own process group (a rank calls ``setpgid``; a command runs in a
 new session), so one signal to the group also reaches its children. The leader itself is signalled
 too: a rank that is still starting (importing torch under spawn) has no group of its own yet. Both
 are signalled before the leader is reaped: an unreaped leader keeps its pid, so what is signalled
 can only be ours, never a newcomer's that was given a freed pid.
+
+Every process the course starts is waited for the same way (``Supervisor``): ranks of
+``dpedu.launch``, Hogwild's workers, commands run together, Slurm's daemons and jobs.
+
+Used by ``dpedu.launch`` (lessons 00, 03, 04, 07, 08, 09), ``run_together`` (lessons 03, 08), Hogwild's
+workers (lesson 05) and the Slurm cluster (lesson 08).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
 from pathlib import Path
+from types import TracebackType
+
+Process = BaseProcess | subprocess.Popen  # a rank or a worker (multiprocessing); a command or a daemon
 
 
 @dataclass(frozen=True)
@@ -48,6 +62,19 @@ def live_processes() -> list[LiveProcess]:
     return found
 
 
+def has_exited(process: Process) -> bool:
+    """Has ``process`` ended (reaped or not)? Asked without reaping it, so its pid stays ours to signal."""
+    if isinstance(process, subprocess.Popen):
+        if process.returncode is not None:  # reaped already
+            return True
+        if hasattr(os, "waitid"):
+            return os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        return process.poll() is not None  # reaps (macOS before 3.13): there, its empty group could be reused
+    # A forkserver's process is the server's child, not ours, so waitid cannot ask. Under every start
+    # method its sentinel (a pipe it holds open) is readable once it exits; its exit code may come a moment later.
+    return bool(wait([process.sentinel], timeout=0))
+
+
 def signal_group(pid: int, sig: int, leader_exited: bool = False) -> None:
     """Send ``sig`` to the process ``pid`` (unless it has exited) and then to the group it leads.
 
@@ -63,24 +90,52 @@ def signal_group(pid: int, sig: int, leader_exited: bool = False) -> None:
             pass
 
 
-def stop_groups(leaders: Mapping[int, Callable[[], bool]], exit_grace: float = 0.0, grace: float = 1.0) -> None:
-    """Give the leaders ``exit_grace`` s to end, then SIGTERM, and ``grace`` s later SIGKILL, each group.
+def stop_and_reap(processes: Sequence[Process], exit_grace: float = 0.0, grace: float = 1.0) -> None:
+    """Stop each started process of ``processes`` and the group it leads, then reap it.
 
-    ``leaders`` maps each leader's pid to a check "has it exited?" that must not reap it. Nothing
-    is reaped here; the caller reaps the leaders afterwards. SIGKILL goes to every group whether or
-    not its leader has exited, since a leader's children may outlive it.
+    They get ``exit_grace`` s to end by themselves, then SIGTERM, and ``grace`` s later SIGKILL goes
+    to every group, whether or not its leader has exited, since a leader's children may outlive it.
+    Each is then reaped (a RuntimeWarning names one still there 5 s after SIGKILL) and, if from
+    multiprocessing, closed.
     """
-    _wait_until(lambda: all(exited() for exited in leaders.values()), exit_grace)
+    started = [p for p in processes if p.pid is not None]
+    # Not a rank reaped already (one that died silently: failures.died stopped its group): its pid is free.
+    # A command is reaped early only where has_exited must (no waitid), and its children may live on.
+    running = [p for p in started if isinstance(p, subprocess.Popen) or p._popen.returncode is None]
+    wait_until(lambda: all(has_exited(p) for p in running), exit_grace)
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid, exited in leaders.items():
-            signal_group(pid, sig, leader_exited=exited())
-        _wait_until(lambda: all(exited() for exited in leaders.values()), grace)
+        for p in running:
+            signal_group(p.pid, sig, leader_exited=has_exited(p))
+        wait_until(lambda: all(has_exited(p) for p in running), grace)
+    for p in started:  # SIGKILLed just now: only a process stuck in the kernel could take longer than 5 s
+        if not _reap(p, 5.0):
+            name = p.args[0] if isinstance(p, subprocess.Popen) else p.name
+            warnings.warn(f"{name} (pid {p.pid}) did not end after SIGKILL", RuntimeWarning, stacklevel=2)
 
 
-def _wait_until(condition: Callable[[], bool], seconds: float) -> None:
+def _reap(process: Process, seconds: float) -> bool:
+    """Wait ``seconds`` at most for ``process`` to end, and reap it; False if it is still there."""
+    if isinstance(process, subprocess.Popen):
+        try:
+            process.wait(seconds)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+    process.join(seconds)
+    if process.exitcode is None:
+        return False
+    process.close()  # its pipe and sentinel: a kernel session runs many launches
+    return True
+
+
+def wait_until(condition: Callable[[], bool], seconds: float, poll: float = 0.002) -> bool:
+    """A clean-up's wait (Ctrl-C is held back there): until ``condition()`` holds, ``seconds`` at most.
+
+    Never raises; True if the condition held."""
     deadline = time.monotonic() + seconds
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.002)
+    while not (held := condition()) and time.monotonic() < deadline:
+        time.sleep(poll)
+    return held
 
 
 class InterruptGuard:
@@ -119,3 +174,49 @@ class InterruptGuard:
             signal.signal(signal.SIGINT, self._previous)
             self._active = False
         self.check()  # a Ctrl-C during the clean-up: delivered now that the clean-up is done
+
+
+class Supervisor:
+    """Start processes inside ``with Supervisor(stop) as supervisor:``, then ``supervisor.wait`` for them.
+
+    Guaranteed: ``stop(succeeded)`` runs on every way out of the block (return, error, timeout,
+    Ctrl-C), with ``succeeded`` False when the block raised: it is where the caller stops and reaps
+    what it started (``stop_and_reap``); None where that is done after the block. Ctrl-C is raised
+    only where ``wait`` checks for it, never half-way through starting a process or through ``stop``;
+    one that arrives during ``stop`` is raised after it. Every ``wait`` ends by its deadline.
+    """
+
+    def __init__(self, stop: Callable[[bool], None] | None = None) -> None:
+        self._stop = stop
+        self._interrupts = InterruptGuard()
+
+    def __enter__(self) -> Supervisor:
+        self._interrupts.__enter__()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        try:
+            if self._stop is not None:
+                self._stop(exc_type is None)
+        finally:
+            self._interrupts.__exit__()
+
+    def wait(self, done: Callable[[], bool], seconds: float, timed_out: Callable[[], Exception], *,
+             wake_on: Callable[[], Sequence[Connection | int]] | None = None, poll: float = 0.05) -> None:
+        """Return once ``done()`` is true; raise ``timed_out()`` if it is still false after ``seconds``.
+
+        ``done`` is asked at once and after each pause; it may raise itself (a failure it saw).
+        Before each pause Ctrl-C becomes ``KeyboardInterrupt``. A pause lasts ``poll`` s, less when
+        one of ``wake_on()`` becomes ready (a pipe with data, a process's sentinel as it exits).
+        """
+        deadline = time.monotonic() + seconds
+        while not done():
+            self._interrupts.check()  # the one place Ctrl-C is raised
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise timed_out()
+            if wake_on is None:
+                time.sleep(min(left, poll))
+            else:
+                wait(wake_on(), timeout=min(left, poll))

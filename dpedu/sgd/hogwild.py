@@ -4,20 +4,20 @@ What is shared is the *parameters*: every worker reads them, computes a gradient
 (``.grad`` is private to each process), and writes its update straight into the shared tensors,
 while the others may be halfway through theirs. The gradients are therefore stale, as in lesson 05's
 simulator, and some updates overwrite others; on sparse or easy problems it still converges.
+
+Used in lesson 05.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from multiprocessing.connection import wait
 
 import torch
 import torch.multiprocessing  # noqa: F401 - registers the reductions that share tensors between processes
 from torch import nn
 
 from dpedu._validate import real, training_problem, whole
-from dpedu.runtime.processes import InterruptGuard
+from dpedu.runtime.processes import Supervisor, stop_and_reap
 from dpedu.runtime.start_methods import choose_start_method, context
 
 
@@ -37,8 +37,9 @@ def train(model: nn.Module, loss_fn: Callable, X: torch.Tensor, y: torch.Tensor,
           batch_size: int, lr: float, timeout: float = 60.0, seed: int = 0) -> None:
     """Train ``model`` in place with ``workers`` lock-free processes, each making ``steps`` SGD steps.
 
-    Raises ``RuntimeError`` if a worker fails and ``TimeoutError`` after ``timeout`` seconds; either
-    way, and on Ctrl-C, every worker is stopped and reaped first.
+    Raises ``RuntimeError`` naming the workers that failed, once all have ended, and ``TimeoutError`` if
+    any is still running after ``timeout`` seconds. In every case (an error while starting and Ctrl-C
+    too) every worker started is stopped and reaped before this returns or raises.
     """
     training_problem(model, loss_fn, X, y)
     for name, value in (("workers", workers), ("steps", steps)):
@@ -50,25 +51,15 @@ def train(model: nn.Module, loss_fn: Callable, X: torch.Tensor, y: torch.Tensor,
         p.grad = None  # gradients stay private to each worker; only the parameters are shared
     model.share_memory()
     ctx = context(choose_start_method()[0])
-    processes = [ctx.Process(target=_worker, args=(model, X, y, loss_fn, steps, batch_size, lr, seed + k))
-                 for k in range(workers)]
-    with InterruptGuard() as interrupts:  # Ctrl-C only at check(): never half-way through starting or stopping
-        try:
-            for p in processes:
-                p.start()
-            deadline = time.monotonic() + timeout
-            while running := [p.sentinel for p in processes if p.exitcode is None]:
-                interrupts.check()
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"Hogwild workers still running after timeout={timeout:g} s were stopped")
-                wait(running, timeout=0.05)
-            failed = [k for k, p in enumerate(processes) if p.exitcode != 0]
-            if failed:
-                raise RuntimeError(f"Hogwild worker(s) {failed} failed; their traceback is on stderr")
-        finally:
-            for p in processes:
-                if p.pid is not None and p.exitcode is None:
-                    p.kill()
-            for p in processes:
-                if p.pid is not None:
-                    p.join()
+    processes = [ctx.Process(target=_worker, args=(model, X, y, loss_fn, steps, batch_size, lr, seed + k),
+                             name=f"hogwild-worker-{k}") for k in range(workers)]
+    with Supervisor(lambda succeeded: stop_and_reap(processes)) as supervisor:
+        for p in processes:
+            p.start()
+        # exitcode reaps a worker that has ended: nothing is left to signal, as a worker leads no group.
+        supervisor.wait(lambda: all(p.exitcode is not None for p in processes), timeout,
+                        lambda: TimeoutError(f"Hogwild workers still running after timeout={timeout:g} s were stopped"),
+                        wake_on=lambda: [p.sentinel for p in processes if p.exitcode is None])
+        failed = [k for k, p in enumerate(processes) if p.exitcode != 0]
+        if failed:
+            raise RuntimeError(f"Hogwild worker(s) {failed} failed; their traceback is on stderr")

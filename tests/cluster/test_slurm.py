@@ -82,6 +82,56 @@ def test_bad_job_arguments_are_refused_before_anything_runs(tmp_path, call, mess
         call(cluster, tmp_path)
 
 
+def stand_in_programs(monkeypatch, tmp_path, daemon: str) -> None:
+    """Slurm's daemons replaced by a shell script (``daemon``), its clients by ``true``: no cluster needed."""
+    script = tmp_path / "daemon"
+    script.write_text(f"#!/bin/sh\n{daemon}\n")
+    script.chmod(0o755)
+    monkeypatch.setattr(slurm, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(slurm, "_program", lambda name: str(script) if name in ("slurmctld", "slurmd") else "true")
+
+
+@pytest.mark.skipif(not Path("/proc").exists(), reason="reads /proc")
+def test_a_node_not_idle_in_time_is_a_timeout_and_both_daemons_are_stopped(monkeypatch, tmp_path):
+    stand_in_programs(monkeypatch, tmp_path, "exec sleep 60")  # running, but never answering
+    with pytest.raises(TimeoutError, match=r"the node was not idle after timeout=0.5 s \(no answer\)"):
+        with local_cluster(timeout=0.5):
+            pytest.fail("the block ran")
+    assert leftover_processes() == []
+
+
+@pytest.mark.skipif(not Path("/proc").exists(), reason="reads /proc")
+def test_a_daemon_that_exits_while_starting_is_named_and_the_other_is_stopped(monkeypatch, tmp_path):
+    stand_in_programs(monkeypatch, tmp_path, 'case "$*" in *-N*) exec sleep 60;; esac; echo "bad config"; exit 1')
+    with pytest.raises(RuntimeError, match="slurmctld exited while starting; its log ends:\nbad config"):
+        with local_cluster(timeout=30):
+            pytest.fail("the block ran")
+    assert leftover_processes() == []
+
+
+def job_answers(state: str, calls: list):
+    """A stand-in for LocalCluster._client: sbatch accepts job 42, scontrol says it is in ``state``."""
+    def client(*args, **kwargs):
+        calls.append(args[0])
+        stdout = {"sbatch": "42\n", "scontrol": f"JobId=42 JobState={state} ExitCode=0:0 StdOut=/nonexistent"}
+        return subprocess.CompletedProcess(args, 0, stdout.get(args[0], ""), "")
+    return client
+
+
+def test_a_job_not_ended_in_time_is_cancelled_and_one_that_ended_is_not(monkeypatch, tmp_path):
+    (tmp_path / "job.sbatch").write_text("#!/bin/bash\necho hi\n")
+    cluster, calls = LocalCluster(tmp_path), []
+    monkeypatch.setattr(cluster, "_client", job_answers("RUNNING", calls))
+    with pytest.raises(TimeoutError, match=r"job 42 \(job.sbatch\) was still RUNNING after timeout=0.3 s, and was"):
+        cluster.sbatch(tmp_path / "job.sbatch", timeout=0.3)
+    assert calls[0] == "sbatch" and calls[-1] == "scancel"
+    calls.clear()
+    monkeypatch.setattr(cluster, "_client", job_answers("COMPLETED", calls))
+    job = cluster.sbatch(tmp_path / "job.sbatch", timeout=0.3)
+    assert (job.job_id, job.state, job.exit_code, job.output) == (42, "COMPLETED", 0, "")
+    assert calls == ["sbatch", "scontrol"]
+
+
 def test_the_lesson_batch_script_is_valid_bash_and_asks_for_what_torchrun_needs():
     script = (LESSON / "slurm_train.sbatch").read_text()
     subprocess.run(["bash", "-n", str(LESSON / "slurm_train.sbatch")], check=True)

@@ -6,7 +6,8 @@ import torch
 import torch.distributed as dist
 
 from dpedu import launch
-from dpedu.data_parallel.collectives import bytes_sent, naive_all_reduce, ring_all_reduce, sharded_server_all_reduce
+from dpedu.data_parallel.collectives import naive_all_reduce, ring_all_reduce, sharded_server_all_reduce
+from dpedu.runtime.traffic import bytes_sent
 
 ALL_REDUCES = (naive_all_reduce, sharded_server_all_reduce, ring_all_reduce)
 SIZES = (1, 2, 3, 5, 1000, 1001)  # fewer elements than ranks, and sizes that do not divide evenly

@@ -21,10 +21,15 @@ def train_counted(name):
 
 
 def test_bytes_per_step_and_the_same_training_within_bf16_rounding():
-    (fp32_calls, fp32_model), _ = launch(train_counted, 2, args=("fp32",))
+    (fp32_calls, fp32_model), (fp32_rank_1, _) = launch(train_counted, 2, args=("fp32",))
     (bf16_calls, bf16_model), _ = launch(train_counted, 2, args=("bf16",))
     (power_calls, _), _ = launch(train_counted, 2, args=("powerSGD",))
-    assert fp32_calls == [MODEL_BYTES] * 4 and bf16_calls == [MODEL_BYTES // 2] * 4
+    # Step 1 also holds what DDP's second forward broadcasts from rank 0: the bucket order it settled on,
+    # an int32 per parameter and their count (20 bytes), and the bucket's size (4). Rank 1 only receives it.
+    order = 24
+    assert fp32_calls == [MODEL_BYTES + order] + [MODEL_BYTES] * 3 and fp32_rank_1 == [MODEL_BYTES] * 4
+    assert bf16_calls == [MODEL_BYTES // 2 + order] + [MODEL_BYTES // 2] * 3
     rank_1 = (64 + 32) + (32 + 10)  # P and Q of each weight matrix, rank 1
-    assert power_calls == [MODEL_BYTES] * 2 + [(rank_1 + 32 + 10) * 4] * 2  # + the biases, uncompressed
+    # sent from callbacks once the previous all-reduce has arrived, + the biases, uncompressed
+    assert power_calls == [MODEL_BYTES + order, MODEL_BYTES] + [(rank_1 + 32 + 10) * 4] * 2
     assert all(torch.allclose(fp32_model[k], bf16_model[k], atol=1e-2) for k in fp32_model)

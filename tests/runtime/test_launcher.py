@@ -21,19 +21,13 @@ from processes import gone_within, state
 
 import dpedu
 from dpedu import LaunchTimeoutError, RankFailedError, free_port, launch
-from dpedu.runtime.failures import leftover_processes
 from dpedu.runtime.launcher import _default_backend
 
 # Every start method launch may use on Linux; the slower ones run the tests that matter for them.
 METHODS = ["fork", "forkserver", "spawn"]
 
 
-@pytest.fixture(autouse=True)
-def no_leftover_processes():
-    yield
-    assert mp.active_children() == []
-    if Path("/proc").exists():
-        assert leftover_processes() == []
+pytestmark = pytest.mark.usefixtures("no_leftover_processes")  # tests/conftest.py
 
 
 def identify():
@@ -203,18 +197,6 @@ def test_processes_started_by_a_rank_are_stopped_too(tmp_path):
 
 def sleep_forever():
     time.sleep(600)
-
-
-@pytest.fixture
-def ctrl_c_raises():
-    """Ctrl-C raises KeyboardInterrupt, as in a terminal or a Jupyter kernel.
-
-    A shell ignores SIGINT in its background jobs, and Python keeps it ignored, so a test run
-    started that way (as CI may be) would otherwise never see the interrupt.
-    """
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, previous)
 
 
 def interrupt_after(*seconds: float) -> None:

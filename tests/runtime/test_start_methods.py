@@ -71,7 +71,7 @@ torch.cuda.device_count = lambda: 2   # what NVML would answer on a machine with
 import dpedu, dpedu.runtime.environment, dpedu.runtime.launcher, dpedu.runtime.start_methods
 for module in sys.argv[1:]:
     __import__(module)
-print(dpedu.runtime.start_methods.choose_start_method()[0], dpedu.runtime.environment.gpu_count(),
+print(dpedu.runtime.start_methods.choose_start_method()[0], dpedu.runtime.start_methods.gpu_count(),
       dpedu.runtime.launcher._default_backend("nccl", 2), dpedu.runtime.launcher._default_backend(None, 2), calls)
 """
 
