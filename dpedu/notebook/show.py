@@ -1,9 +1,11 @@
 """``show_source``: the code a lesson relies on, shown in the lesson, headed by the file and lines it is from.
 
 A function that checks its arguments opens with those checks, and a learner should not have to read past
-them to reach the idea. So a block of argument checks at the start of a function (``if ...: raise``, or
-a call to one of ``dpedu._validate``'s checks or a ``_check_...`` helper) is folded into one comment that
-says where the checks are. Nothing else is changed: what is shown is the code that runs.
+them to reach the idea. So a block of checks at the start of a function (``if ...: raise``, or a call to
+one of ``dpedu._validate``'s checks or a ``_check_...`` helper, by its bare name) is folded into one
+comment that says where the checks are: "argument checks" when each of them reads an argument, "checks"
+when one tests something else (is a process group there?). Nothing else is changed: what is shown is the
+code that runs.
 
 Used in lessons 01–09.
 """
@@ -54,11 +56,13 @@ def fold_checks(source: str, first_line: int = 1) -> str:
                     break
                 checks.append(statement)
             if checks and len(checks) < len(body):  # a function that is all checks is shown as it is
-                blocks.append((checks[0].lineno, checks[-1].end_lineno, checks[0].col_offset))
-    for start, end, column in sorted(blocks, reverse=True):
+                arguments = {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
+                what = "argument checks" if all(_names(c) & arguments for c in checks) else "checks"
+                blocks.append((checks[0].lineno, checks[-1].end_lineno, checks[0].col_offset, what))
+    for start, end, column, what in sorted(blocks, reverse=True):
         where = f"line {start + first_line - 1}" if start == end else \
             f"lines {start + first_line - 1}–{end + first_line - 1}"
-        lines[start - 1:end] = [" " * column + f"...  # argument checks, folded ({where})\n"]
+        lines[start - 1:end] = [" " * column + f"...  # {what}, folded ({where})\n"]
     return "".join(lines)
 
 
@@ -67,9 +71,15 @@ def _is_docstring(statement: ast.stmt) -> bool:
             and isinstance(statement.value.value, str))
 
 
+def _names(statement: ast.stmt) -> set[str]:
+    return {n.id for n in ast.walk(statement) if isinstance(n, ast.Name)}
+
+
 def _is_check(statement: ast.stmt) -> bool:
     """An ``if`` that only raises, a call to a check (its result maybe given back to the name it checked),
-    or a loop of checks."""
+    or a loop of checks; never one that binds a name with ``:=``, which the code after it could use."""
+    if any(isinstance(n, ast.NamedExpr) for n in ast.walk(statement)):
+        return False
     if isinstance(statement, ast.If):
         return not statement.orelse and isinstance(statement.body[-1], ast.Raise) and all(
             _is_check(s) or isinstance(s, ast.Raise) for s in statement.body)
@@ -77,7 +87,7 @@ def _is_check(statement: ast.stmt) -> bool:
         return not statement.orelse and all(_is_check(s) for s in statement.body)
     if isinstance(statement, (ast.Expr, ast.Assign)) and isinstance(statement.value, ast.Call):
         function = statement.value.func
-        name = function.id if isinstance(function, ast.Name) else getattr(function, "attr", "")
+        name = function.id if isinstance(function, ast.Name) else ""  # obj.real(...) may be anything
         checked = {a.id for a in ast.walk(statement.value) if isinstance(a, ast.Name)}
         rebinds_what_it_checked = isinstance(statement, ast.Expr) or all(
             isinstance(t, ast.Name) and t.id in checked for t in statement.targets)  # ``x = whole("x", x)``

@@ -68,10 +68,32 @@ def test_folding_keeps_everything_that_is_not_an_opening_check():
     assert folded.splitlines()[3:] == source.splitlines()[5:]
 
 
+def test_a_check_of_anything_but_an_argument_is_labelled_a_check_and_lookalikes_stay():
+    source = (
+        "def f(x):\n"
+        "    if not dist.is_initialized():\n"  # tests the process group, not an argument
+        "        raise RuntimeError('no group')\n"
+        "    real('x', x)\n"
+        "    return x\n"
+        "\n"
+        "def g(x):\n"
+        "    if (n := len(x)) == 0:\n"  # binds n, which the code after it uses: shown
+        "        raise ValueError('x')\n"
+        "    return n\n"
+        "\n"
+        "def h(x):\n"
+        "    rng.real('x', x)\n"  # some object's method named like a check: shown
+        "    return x\n")
+    folded = fold_checks(source).splitlines()
+    assert folded[1] == "    ...  # checks, folded (lines 2–4)"
+    assert folded[2:] == source.splitlines()[4:]
+
+
 def test_methods_of_a_shown_class_are_folded_too():
     shown = show_source(mini_ddp.MiniDDP).data
     init = shown[shown.index("def __init__"):]
-    assert init.splitlines()[1].strip().startswith("...  # argument checks, folded")
+    # among its argument checks, one asks whether there is a process group: so they are just "checks"
+    assert init.splitlines()[1].strip().startswith("...  # checks, folded")
 
 
 def _shown_objects():
