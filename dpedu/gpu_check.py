@@ -21,7 +21,6 @@ import io
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 import traceback
@@ -41,6 +40,7 @@ from dpedu.data_parallel.nn_data_parallel import forward_on_gpus, replication_co
 from dpedu.datasets import digits
 from dpedu.models import largest_difference, mlp
 from dpedu.runtime import start_methods
+from dpedu.runtime.commands import run_together
 from dpedu.runtime.environment import environment_report
 from dpedu.runtime.failures import RankFailedError
 from dpedu.runtime.launcher import launch
@@ -139,7 +139,7 @@ def check_torchrun_train_ddp() -> str:
     env.update({"GLOO_SOCKET_IFNAME": lo} if (lo := loopback_interface()) else {})
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}",
                "notebooks/train_ddp.py", "--steps", "10", "--batch-size", str(64 // ranks)]
-    run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    run = run_together([command], timeout=180, cwd=str(ROOT), env=env)[0]  # reaps torchrun's workers too
     expect(run.returncode == 0, f"torchrun exited {run.returncode}:\n{run.stderr[-1500:]}")
     backend, got, identical = train_ddp_result(run.stdout)
     reference = digits_ddp.train(steps=10, batch_size=64, lr=0.1, ddp=False)  # lesson 03's reference
@@ -229,8 +229,8 @@ def check_float16_gradscaler() -> str:
 def check_notebooks() -> str:
     paths = [str(course_file(f"notebooks/{name}.ipynb").relative_to(ROOT)) for name in NOTEBOOKS]
     env = {**os.environ, "DPEDU_STATIC": "1", "DPEDU_QUIET": "1"}  # as ./course test runs them
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *paths], cwd=ROOT,
-                         env=env, capture_output=True, text=True, timeout=480)
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *paths]
+    run = run_together([command], timeout=480, cwd=str(ROOT), env=env)[0]  # reaps the kernels too
     lines = run.stdout.strip().splitlines() or ["no output"]
     failed = [line for line in lines if line.startswith(("FAILED", "ERROR"))]
     expect(run.returncode == 0, "\n".join([f"pytest exited {run.returncode}: {lines[-1]}", *failed]))

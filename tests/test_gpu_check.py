@@ -5,9 +5,11 @@ a failure, exits non-zero on one, records what passed; the pieces that read torc
 read them right; and the checks that can run without a GPU (or with what torch reports faked) do.
 """
 
+import contextlib
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -183,3 +185,26 @@ def test_the_sync_batchnorm_check_runs_on_cpu_ranks_without_a_gpu():
     if start_methods.gpu_count():
         pytest.skip("this machine has GPUs")
     assert "dpedu.SyncBatchNorm on 2 CPU ranks" in gpu_check.check_sync_batchnorm()  # lesson 07's CPU path
+
+
+def _running_with(text: str) -> list[str]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            if text in (line := cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")):
+                found.append(line)
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc").exists(), reason="reads /proc to find what is left running")
+def test_a_script_check_that_runs_past_its_timeout_fails_and_leaves_nothing(fake_gpus, monkeypatch, capsys):
+    fake_gpus(2)
+    real_run_together = gpu_check.run_together
+    sleeper = [sys.executable, "-c", "import subprocess, sys; subprocess.run([sys.executable, '-c', "
+               "'import time; time.sleep(61)']); print('never')"]  # a command whose child would outlive it
+    monkeypatch.setattr(gpu_check, "run_together",
+                        lambda commands, timeout, **kwargs: real_run_together([sleeper], timeout=1.0, **kwargs))
+    gpu_check.run_checks([("torchrun-train_ddp", gpu_check.check_torchrun_train_ddp)])
+    line = capsys.readouterr().out.splitlines()[0]
+    assert line.startswith("FAIL  torchrun-train_ddp") and "still running after timeout=1 s" in line
+    assert _running_with("time.sleep(61)") == []  # the command's child was stopped with it
