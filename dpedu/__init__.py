@@ -15,7 +15,7 @@ Public API (stable names that notebooks and outside checks rely on):
 - ``SyncBatchNorm``: BatchNorm over the global batch of all ranks, written with all-reduce (lesson 07).
 - ``use_course_style``: the course's matplotlib style.
 
-The rest lives in one folder per part of the course, each module named for its concept and readable in
+The rest lives in one folder per topic, each module named for its concept and readable in
 one sitting (each package's docstring lists its modules):
 - ``sgd``: lessons 01, 05, 06; ``data_parallel``: lessons 02, 03, 04, 07; ``cluster``: lesson 08;
   ``beyond``: lesson 09. These content packages never import one another.

@@ -38,8 +38,10 @@ def pytest_collection_modifyitems(config, items):
 def fake_gpus(monkeypatch):
     """``fake_gpus(n)`` makes dpedu see n GPUs (torch itself still sees what is there).
 
-    Every part of dpedu counts GPUs through ``start_methods.gpu_count``, so this one patch fakes a
-    consistent GPU machine for the start method, the backend, the report and every GPU branch.
+    Every module of dpedu counts GPUs through ``start_methods.gpu_count``, so this one patch fakes a
+    consistent GPU machine for the start method, the backend and every GPU branch. Not faked: the GPUs
+    the environment report lists (it asks torch for their names) and ``dpedu.gpu_count``, the name
+    notebooks import, bound when dpedu was imported.
     """
     return lambda n: monkeypatch.setattr(start_methods, "gpu_count", lambda: n)
 

@@ -1,4 +1,4 @@
-"""dpedu's layout: one package per part of the course, which never import one another, and no import circle."""
+"""dpedu's layout: one package per topic, which never import one another, and no import circle."""
 
 import ast
 from pathlib import Path
@@ -57,3 +57,38 @@ def test_no_module_imports_itself_through_a_circle():
         if module not in done:
             visit(module, [module])
     assert not circles
+
+
+
+def _private_crossings(source: str, importer: str) -> list[str]:
+    """Imports in ``source`` (code of package ``importer``) of a ``_name`` from outside that package.
+
+    A ``_name`` belongs to the package it sits in (``dpedu._validate`` to all of dpedu); that package and
+    the packages inside it may import it."""
+    crossings = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("dpedu"):
+            for alias in node.names:
+                parts = f"{node.module}.{alias.name}".split(".")
+                first_private = next((i for i, part in enumerate(parts) if part.startswith("_")), None)
+                if first_private is None:
+                    continue
+                owner = parts[:first_private]
+                if not PACKAGE.joinpath(*owner[1:]).is_dir():  # a module's _name: its package owns it
+                    owner = owner[:-1]
+                if importer.split(".")[:len(owner)] != owner:
+                    crossings.append(f"from {node.module} import {alias.name}")
+    return crossings
+
+
+def test_private_names_stay_inside_their_package():
+    crossings = [f"{path.relative_to(PACKAGE)}: {crossing}" for path in PACKAGE.rglob("*.py")
+                 for crossing in _private_crossings(path.read_text(),
+                                                    ".".join(("dpedu", *path.relative_to(PACKAGE).parent.parts)))]
+    assert not crossings
+    # what the rule catches, and what it lets through
+    assert _private_crossings("from dpedu.runtime.processes import _reap", "dpedu.cluster") == [
+        "from dpedu.runtime.processes import _reap"]
+    assert _private_crossings("from dpedu.runtime._rank import run_rank", "dpedu.sgd") != []
+    assert _private_crossings("from dpedu.runtime._rank import run_rank", "dpedu.runtime") == []
+    assert _private_crossings("from dpedu._validate import real", "dpedu.beyond") == []

@@ -57,8 +57,9 @@ def _check(fn: Callable, kind: str, hint: str) -> bool:
         try:
             problems = launch(_run_learners, world_size, args=(fn, kind), timeout=10)
         except LaunchTimeoutError as error:
-            return verdict(False, f"with {world_size} ranks, some rank waited for a message that never came "
-                                  f"(a send without its receive?): {error}")
+            return verdict(False, f"with {world_size} ranks, some rank waited for a message that never came (a "
+                                  f"send without its receive, or one of torch's collectives, which the exercise "
+                                  f"does not allow, called on some ranks only?): {error}")
         wrong = [f"rank {rank}, {p}" for rank, rank_problems in enumerate(problems) for p in rank_problems]
         if wrong:
             return verdict(False, f"with {world_size} ranks: {wrong[0]} ({hint})")

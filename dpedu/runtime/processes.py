@@ -100,6 +100,7 @@ def stop_and_reap(processes: Sequence[Process], exit_grace: float = 0.0, grace: 
     """
     started = [p for p in processes if p.pid is not None]
     # Not a rank reaped already (one that died silently: failures.died stopped its group): its pid is free.
+    # Read from _popen because Process.exitcode would reap the rank, freeing its pid before its group is signalled.
     # A command is reaped early only where has_exited must (no waitid), and its children may live on.
     running = [p for p in started if isinstance(p, subprocess.Popen) or p._popen.returncode is None]
     wait_until(lambda: all(has_exited(p) for p in running), exit_grace)
@@ -183,7 +184,8 @@ class Supervisor:
     Ctrl-C), with ``succeeded`` False when the block raised: it is where the caller stops and reaps
     what it started (``stop_and_reap``); None where that is done after the block. Ctrl-C is raised
     only where ``wait`` checks for it, never half-way through starting a process or through ``stop``;
-    one that arrives during ``stop`` is raised after it. Every ``wait`` ends by its deadline.
+    one that arrives during ``stop`` is raised after it. Every ``wait`` ends by its deadline, or as
+    soon after it as the ``done()`` call then running returns (Slurm's is a command with its own timeout).
     """
 
     def __init__(self, stop: Callable[[bool], None] | None = None) -> None:

@@ -29,7 +29,7 @@ __all__ = ["gpu_count", "choose_start_method", "context"]
 
 # What the forkserver imports once, so that no rank pays for it: the rank entry point (torch,
 # torch.distributed) and torch._dynamo, which DDP imports on first use (~1.4 s; see dpedu/data_parallel/digits_ddp.py).
-# None of them initialises CUDA (tests/test_start_methods.py checks it).
+# None of them initialises CUDA (tests/runtime/test_start_methods.py checks it).
 FORKSERVER_PRELOAD = ["dpedu.runtime._rank", "torch._dynamo"]
 
 

@@ -1,7 +1,8 @@
 """Count what this rank sends through ``torch.distributed``: ``with bytes_sent() as sent: ...``.
 
 Used in lesson 04 (the all-reduces written from point-to-point messages, and DDP's communication hooks
-through ``data_parallel.compression``) and lesson 09 (DDP, ZeRO-1 and FSDP2 through ``beyond.zero_memory``).
+through ``data_parallel.compression``), lesson 09 (DDP, ZeRO-1 and FSDP2 through ``beyond.zero_memory``)
+and the exercises of lessons 04 and 07.
 
 What is counted, for each call this rank makes inside the block: the bytes of the tensors it hands to the
 call as its own contribution, not what the algorithm then puts on the wire (lesson 04 works that out for
@@ -117,10 +118,11 @@ class _Counting(TorchDispatchMode):
 
 def _handed_in(func: torch._ops.OpOverload, args: tuple) -> tuple[str, int] | None:
     """(kind, bytes this rank hands in) for a collective or a send; None for any other operator."""
-    if func.namespace == "c10d" and func._opname in _C10D:
-        kind, position = _C10D[func._opname]
-    elif func.namespace == "_c10d_functional" and func._opname in _FUNCTIONAL:
-        kind, position = _FUNCTIONAL[func._opname], 0
+    opname = func.overloadpacket.__name__
+    if func.namespace == "c10d" and opname in _C10D:
+        kind, position = _C10D[opname]
+    elif func.namespace == "_c10d_functional" and opname in _FUNCTIONAL:
+        kind, position = _FUNCTIONAL[opname], 0
     else:
         return None
     if kind == "broadcast":  # the root's tensor goes out; the other ranks only receive into theirs
@@ -131,7 +133,8 @@ def _handed_in(func: torch._ops.OpOverload, args: tuple) -> tuple[str, int] | No
 
 
 def _rank_in(group: object) -> int:
-    """This rank's number in the group an operator names: a boxed process group, or a group's name."""
+    """This rank's number in the group an operator names: a boxed process group, or a group's name (what
+    functional collectives pass; torch has no public way from the name to the group)."""
     return (_resolve_process_group(group) if isinstance(group, str) else dist.ProcessGroup.unbox(group)).rank()
 
 

@@ -1,4 +1,4 @@
-"""Mini-batch SGD that records its own history: the loop every lesson trains with.
+"""Mini-batch SGD that records its own history: the loop lessons 01 and 06 train with.
 
 ``batch_size = len(X)`` is full-batch gradient descent, ``batch_size = 1`` is SGD, anything between
 is mini-batch SGD. Each epoch visits the examples once in a fresh random order (sampling without
