@@ -50,12 +50,16 @@ def forward_on_gpus(model: nn.Module, X: torch.Tensor, devices: list[int]) -> tu
 
 def _seconds(work: Callable[[], object], repeats: int) -> float:
     """Median wall time of ``work`` on the GPUs, synchronised so that queued kernels are counted."""
+    def synchronize_every_gpu() -> None:  # replicate's copies run on the other GPUs' streams too
+        for device in range(torch.cuda.device_count()):
+            torch.cuda.synchronize(device)
+
     times = []
     for _ in range(repeats):
-        torch.cuda.synchronize()
+        synchronize_every_gpu()
         start = time.perf_counter()
         work()
-        torch.cuda.synchronize()
+        synchronize_every_gpu()
         times.append(time.perf_counter() - start)
     return sorted(times)[repeats // 2]
 

@@ -65,3 +65,11 @@ def test_forward_on_gpus_wants_two_devices_and_the_gpu_measurements_want_gpus():
     if torch.cuda.device_count() < 2:
         with pytest.raises(RuntimeError, match="at least 2 GPUs"):
             nn_data_parallel.replication_cost(mlp(8, 4, 2), torch.randn(4, 8), torch.zeros(4, dtype=torch.long))
+
+
+def test_gpu_timings_wait_for_every_gpu_not_only_the_current_one(monkeypatch):
+    synchronized = []
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synchronized.append(device))
+    nn_data_parallel._seconds(lambda: None, repeats=1)
+    assert synchronized == [0, 1, 2, 0, 1, 2]  # before the clock starts and before it stops
