@@ -1,10 +1,13 @@
-"""The course map: one list of lessons that the README figure and lesson 00 both draw from.
+"""The course map: one list of lessons that the README figure and lesson 00 both draw from, and how long
+each lesson takes to study.
 
-Used in lesson 00 and for the README's figure.
+Used in lesson 00 and for the README's figure and lesson table.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
@@ -40,6 +43,24 @@ def written_lessons(folder: str | Path = NOTEBOOKS) -> set[int]:
     if not folder.is_dir():
         raise ValueError(f"folder must be a directory of lesson notebooks, got {str(folder)!r}")
     return {int(p.name[:2]) for p in folder.glob("[0-9][0-9]_*.ipynb")}
+
+
+PROSE_WORDS_PER_MINUTE = 100  # careful reading of technical prose with formulas, not skimming
+CODE_LINES_PER_MINUTE = 12  # reading a cell, running it and reading what it prints
+
+
+def study_minutes(notebook: str | Path) -> int:
+    """An estimate of the minutes a learner needs for ``notebook``, exercises left out: its prose at
+    ``PROSE_WORDS_PER_MINUTE`` and its code at ``CODE_LINES_PER_MINUTE``, rounded to 5 minutes."""
+    path = Path(notebook)
+    if path.suffix != ".ipynb" or not path.is_file():
+        raise ValueError(f"notebook must be the path of a .ipynb file, got {str(notebook)!r}")
+    cells = json.loads(path.read_text())["cells"]
+    text = {kind: "".join("".join(c["source"]) + "\n" for c in cells if c["cell_type"] == kind)
+            for kind in ("markdown", "code")}
+    minutes = (len(re.findall(r"\w+", text["markdown"])) / PROSE_WORDS_PER_MINUTE
+               + len([line for line in text["code"].splitlines() if line.strip()]) / CODE_LINES_PER_MINUTE)
+    return max(5, 5 * round(minutes / 5))
 
 
 def draw_course_map(path: str | Path | None = None, written: Iterable[int] | None = None):

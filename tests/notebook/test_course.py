@@ -1,3 +1,4 @@
+import json
 from pathlib import Path
 
 import matplotlib
@@ -5,7 +6,7 @@ import pytest
 
 matplotlib.use("Agg")
 
-from dpedu.notebook.course import LESSONS, draw_course_map, written_lessons  # noqa: E402
+from dpedu.notebook.course import LESSONS, draw_course_map, study_minutes, written_lessons  # noqa: E402
 from dpedu.notebook.diagrams import draw_aggregation_schemes, write_all  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,3 +58,15 @@ def test_course_map_and_diagrams_name_bad_arguments(tmp_path):
         written_lessons(3)
     with pytest.raises(TypeError, match="written must be lesson numbers"):
         draw_course_map(written=5)
+
+
+def test_study_time_grows_with_prose_and_code(tmp_path):
+    def notebook(words: int, code_lines: int) -> Path:
+        cells = [{"cell_type": "markdown", "source": "word " * words},
+                 {"cell_type": "code", "source": "x = 1\n" * code_lines}]
+        (path := tmp_path / f"{words}_{code_lines}.ipynb").write_text(json.dumps({"cells": cells}))
+        return path
+    assert study_minutes(notebook(1000, 0)) == 10 and study_minutes(notebook(0, 120)) == 10
+    assert study_minutes(notebook(3000, 240)) == 50 and study_minutes(notebook(10, 1)) == 5
+    with pytest.raises(ValueError, match="notebook"):
+        study_minutes(tmp_path / "missing.ipynb")
