@@ -4,6 +4,7 @@
 
 Executes each notebook (all lessons by default) in a fresh kernel, on a copy (the stored outputs are
 left alone), with the explorers static as under the tests, and prints per notebook its total time,
+the time of each part (the cells under each "## " heading: what a teacher's demo of that part costs),
 its slowest cells (index counting every cell from 0, markdown included, and first line) and every
 code cell over the course's budget (15 s; 30 s for lessons 08 and 10). The times are wall-clock on
 this machine, once: run it on a quiet machine, and more than once before quoting a figure.
@@ -49,6 +50,17 @@ def cell_times(path: Path) -> tuple[float, dict[int, float], nbformat.NotebookNo
     return time.perf_counter() - start, client.seconds, notebook
 
 
+def part_times(notebook: nbformat.NotebookNode, seconds: dict[int, float]) -> list[tuple[str, float]]:
+    """(heading, seconds of its code cells) for each "## " part, in order; "(start)" before the first."""
+    parts = [["(start)", 0.0]]
+    for index, cell in enumerate(notebook.cells):
+        headings = [line[3:] for line in cell.source.splitlines() if line.startswith("## ")]
+        if cell.cell_type == "markdown" and headings:
+            parts.append([headings[0][:70], 0.0])
+        parts[-1][1] += seconds.get(index, 0.0)
+    return [(heading, total) for heading, total in parts if heading != "(start)" or total > 0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("notebooks", nargs="*", type=Path)
@@ -61,6 +73,8 @@ def main() -> None:
         grand_total += total
         budget = CELL_BUDGET_S.get(path.name[:2], 15.0)
         print(f"{path.name}: {total:.1f} s in all, {len(seconds)} code cells")
+        for heading, part_seconds in part_times(notebook, seconds):
+            print(f"    {part_seconds:5.1f} s  {heading}")
         slowest = sorted(seconds, key=seconds.get, reverse=True)[:options.slowest]
         for index in sorted(set(slowest) | {i for i, s in seconds.items() if s > budget}):
             first_line = notebook.cells[index].source.strip().splitlines()[0][:70]
