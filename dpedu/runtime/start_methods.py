@@ -19,6 +19,7 @@ Used by every ``dpedu.launch`` (lessons 00, 03, 04, 07, 08, 09) and by Hogwild's
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing as mp
 import os
 import sys
@@ -27,10 +28,12 @@ import torch
 
 __all__ = ["gpu_count", "choose_start_method", "context"]
 
-# What the forkserver imports once, so that no rank pays for it: the rank entry point (torch,
-# torch.distributed) and torch._dynamo, which DDP imports on first use (~1.4 s; see dpedu/data_parallel/digits_ddp.py).
+# What is imported once before ranks start, so that no rank pays for it: the rank entry point (torch,
+# torch.distributed) and torch._dynamo, which DDP imports on first use (~1 s per rank, and an import made
+# inside a rank while its process group exists leaks the group: see dpedu/data_parallel/digits_ddp.py).
+# The forkserver imports them when it starts; with fork, the kernel imports them before its first fork.
 # None of them initialises CUDA (tests/runtime/test_start_methods.py checks it).
-FORKSERVER_PRELOAD = ["dpedu.runtime._rank", "torch._dynamo"]
+PRELOAD = ["dpedu.runtime._rank", "torch._dynamo"]
 
 
 def gpu_count() -> int:
@@ -67,8 +70,12 @@ def choose_start_method(start_method: str | None = None) -> tuple[str, str | Non
 
 
 def context(method: str) -> mp.context.BaseContext:
-    """The multiprocessing context for ``method``; a forkserver preloads what every rank imports."""
+    """The multiprocessing context for ``method``; ranks it starts by fork or from a forkserver find
+    ``PRELOAD`` imported already (spawned ranks import everything afresh: nothing to share)."""
     ctx = mp.get_context(method)
     if method == "forkserver":
-        ctx.set_forkserver_preload(FORKSERVER_PRELOAD)  # takes effect when the server first starts
+        ctx.set_forkserver_preload(PRELOAD)  # takes effect when the server first starts
+    elif method == "fork":
+        for module in PRELOAD:  # once per kernel: later calls find them in sys.modules
+            importlib.import_module(module)
     return ctx

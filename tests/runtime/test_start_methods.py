@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from dpedu.runtime.start_methods import FORKSERVER_PRELOAD, choose_start_method
+from dpedu.runtime.start_methods import PRELOAD, choose_start_method
 
 
 @pytest.fixture
@@ -76,8 +76,16 @@ print(dpedu.runtime.start_methods.choose_start_method()[0], dpedu.runtime.start_
 """
 
 
-def test_choosing_and_the_forkserver_preload_never_touch_cuda():
-    run = subprocess.run([sys.executable, "-c", NO_CUDA_PLEASE, *FORKSERVER_PRELOAD], capture_output=True,
+def test_choosing_and_the_preload_never_touch_cuda():
+    run = subprocess.run([sys.executable, "-c", NO_CUDA_PLEASE, *PRELOAD], capture_output=True,
                          text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["forkserver", "2", "nccl", "gloo", "[]"]
+
+
+def test_a_forking_kernel_imports_the_preload_before_its_first_rank_starts():
+    script = ("import sys; from dpedu.runtime import start_methods; before = 'torch._dynamo' in sys.modules; "
+              "start_methods.context('fork'); print(before, all(m in sys.modules for m in start_methods.PRELOAD))")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["False", "True"]
