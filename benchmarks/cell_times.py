@@ -1,6 +1,6 @@
 """How long each lesson and each of its cells takes to run, top to bottom, as under the tests.
 
-    .venv/bin/python benchmarks/cell_times.py [notebooks/03_ddp_from_a_notebook.ipynb ...] [--slowest 3]
+    .venv/bin/python benchmarks/cell_times.py [notebooks/03_ddp_from_a_notebook.ipynb ...] [--slowest 3] [--stored]
 
 Executes each notebook (all lessons by default) in a fresh kernel, on a copy (the stored outputs are
 left alone), with the explorers static as under the tests, and prints per notebook its total time,
@@ -8,12 +8,15 @@ the time of each part (the cells under each "## " heading: what a teacher's demo
 its slowest cells (index counting every cell from 0, markdown included, and first line) and every
 code cell over the course's budget (15 s; 30 s for lessons 08 and 10). The times are wall-clock on
 this machine, once: run it on a quiet machine, and more than once before quoting a figure.
+With --stored nothing runs: the times are those the notebook recorded when it was last executed
+(nbclient stores each cell's start and end in its metadata), kernel start-up left out.
 """
 
 import argparse
 import copy
 import os
 import time
+from datetime import datetime
 from pathlib import Path
 
 import nbformat
@@ -50,6 +53,22 @@ def cell_times(path: Path) -> tuple[float, dict[int, float], nbformat.NotebookNo
     return time.perf_counter() - start, client.seconds, notebook
 
 
+def stored_cell_times(path: Path) -> tuple[float, dict[int, float], nbformat.NotebookNode]:
+    """Like ``cell_times``, from the times stored in ``path`` by its last execution (no kernel runs)."""
+    notebook = nbformat.read(path, as_version=4)
+    spans = {}
+    for index, cell in enumerate(notebook.cells):
+        stamps = cell.get("metadata", {}).get("execution", {})
+        if cell.cell_type == "code" and "iopub.execute_input" in stamps and "shell.execute_reply" in stamps:
+            spans[index] = tuple(datetime.fromisoformat(stamps[key].replace("Z", "+00:00"))
+                                 for key in ("iopub.execute_input", "shell.execute_reply"))
+    if not spans:
+        raise SystemExit(f"{path.name} stores no cell times: execute it with nbconvert or nbclient first")
+    seconds = {index: (end - start).total_seconds() for index, (start, end) in spans.items()}
+    total = (max(end for _, end in spans.values()) - min(start for start, _ in spans.values())).total_seconds()
+    return total, seconds, notebook
+
+
 def part_times(notebook: nbformat.NotebookNode, seconds: dict[int, float]) -> list[tuple[str, float]]:
     """(heading, seconds of its code cells) for each "## " part, in order; "(start)" before the first."""
     parts = [["(start)", 0.0]]
@@ -65,11 +84,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("notebooks", nargs="*", type=Path)
     parser.add_argument("--slowest", type=int, default=3, help="how many of the slowest cells to list")
+    parser.add_argument("--stored", action="store_true", help="read the times stored by the last execution")
     options = parser.parse_args()
     paths = options.notebooks or sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     grand_total = 0.0
     for path in paths:
-        total, seconds, notebook = cell_times(path)
+        total, seconds, notebook = (stored_cell_times if options.stored else cell_times)(path)
         grand_total += total
         budget = CELL_BUDGET_S.get(path.name[:2], 15.0)
         print(f"{path.name}: {total:.1f} s in all, {len(seconds)} code cells")
