@@ -97,3 +97,19 @@ def test_a_subgroup_sums_its_own_ranks_and_an_outsider_is_told():
     outcomes = launch(in_a_subgroup, 4)
     assert outcomes[1] == outcomes[3] == [[4.0] * 5] * 3
     assert all("not in group" in outcomes[r] for r in (0, 2))
+
+
+def test_the_rings_receive_buffer_is_kept_between_calls_and_never_mixes_sizes_or_dtypes():
+    from dpedu.data_parallel import collectives
+
+    def calls():
+        correct = []
+        for size, dtype in ((1001, torch.float32), (5, torch.float32), (3000, torch.float64), (2, torch.float64),
+                            (1001, torch.float32)):
+            mine = torch.arange(size, dtype=dtype) * (dist.get_rank() + 1)
+            correct.append(torch.equal(ring_all_reduce(mine), torch.arange(size, dtype=dtype) * 3))
+        kept = collectives._kept[(torch.float32, torch.device("cpu"))].data_ptr()
+        ring_all_reduce(torch.ones(1001))
+        return correct, kept == collectives._kept[(torch.float32, torch.device("cpu"))].data_ptr()
+
+    assert launch(calls, 2) == [([True] * 5, True)] * 2
