@@ -2,6 +2,8 @@
 
 Each check computes the right answer itself (by running the experiment, not from a stored number),
 prints whether the learner's answer agrees or what to look at, and returns True or False.
+``answers`` holds a model answer or a rubric for every exercise, printed only on request:
+``from dpedu.exercises.answers import answer; answer(3, 2)``.
 """
 
 

@@ -1,0 +1,408 @@
+"""Model answers and rubrics for the exercises at the end of lessons 00 to 09, printed only on request.
+
+``answer(lesson)`` lists a lesson's exercises and the kind of answer each has; ``answer(lesson, n)`` prints
+exercise n's. The kinds: a **computed value** (a number or a formula that the lesson's checker accepts),
+**code** (a function of this module, printed from its source, that the checker accepts) and a **rubric**
+(what a good answer to an open question must contain, with the numbers the learner should find); some have
+a value and a rubric. The texts live here, not in the notebooks, so that nobody meets an answer by accident:
+no lesson imports this module; learners and teachers call it. ``tests/exercises/test_answers.py`` feeds
+every value in ``VALUES`` and every code answer to its lesson's checker. Figures introduced as "measured"
+were measured on a 2-core CPU by running what the exercise asks; timings differ from machine to machine.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from dpedu._validate import whole
+
+# The model answers that the lessons' checkers accept, by (lesson, exercise); the texts below quote them.
+VALUES: dict[tuple[int, int], object] = {
+    (0, 2): {"PRODUCT": 24.0, "MAX": 4.0},
+    (0, 4): [0, 1],
+    (1, 1): 0.2462,
+    (1, 2): 4.155,
+    (1, 3): 0.0477,
+    (2, 2): [200 / 256, 56 / 256],
+    (2, 3): 8,
+    (2, 4): False,
+    (3, 1): {"drop_last=False": 3, "drop_last=True": 2},
+    (3, 2): {"no_sync=False": 15, "no_sync=True": 5},
+    (3, 3): 0.001,
+    (4, 3): 183_500_800,
+    (5, 1): 0.1113,
+    (5, 2): 2.083,
+    (5, 3): 15.0,
+    (5, 5): 0.5,
+    (6, 1): 0.8,
+    (6, 2): 500,
+    (6, 3): 0.0306,
+    (7, 1): 6,
+    (7, 2): {"sampler": True, "dropout": False},
+    (7, 3): 20,
+    (8, 1): 19,
+    (8, 3): 4.13,
+    (9, 1): {8: 3 / 11, 16: 3 / 19, "fewest micro-batches under 10 %": 28},
+    (9, 2): {"1f1b": 3, "gpipe": 8},
+    (9, 3): 37.375,
+    (9, 4): {3e-8: True, 2e-8: False},
+}
+
+
+def sum_of_rank_plus_one(n: int) -> float:
+    """Lesson 00, exercise 1: 1 + 2 + ... + n, what every rank holds after all-reducing rank + 1."""
+    return n * (n + 1) / 2
+
+
+def ring_bytes(workers: int, gradient_bytes: int) -> float:
+    """Lesson 02, exercise 1: K - 1 steps of reduce-scatter and K - 1 of all-gather, a K-th each."""
+    return 2 * (workers - 1) / workers * gradient_bytes
+
+
+def tree_all_reduce(tensor: torch.Tensor) -> torch.Tensor:
+    """Lesson 04, exercise 1: a binomial tree of send/recv. Sums ``tensor`` over the ranks, in place."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    top = 1
+    while top < world:  # the tree's height: the smallest power of 2 that is at least world
+        top *= 2
+    incoming, distance = torch.empty_like(tensor), 1
+    while distance < top:  # up: at each distance, the odd partner sends its partial sum and is done
+        if rank % (2 * distance) == distance:
+            dist.send(tensor, rank - distance)
+            break
+        if rank + distance < world:
+            dist.recv(incoming, rank + distance)
+            tensor += incoming
+        distance *= 2
+    distance = top
+    while distance > 1:  # down: the same pairs in reverse order; rank 0 starts with the whole sum
+        distance //= 2
+        if rank % (2 * distance) == 0 and rank + distance < world:
+            dist.send(tensor, rank + distance)
+        elif rank % (2 * distance) == distance:
+            dist.recv(tensor, rank - distance)
+    return tensor
+
+
+def ring_all_gather(tensor: torch.Tensor) -> torch.Tensor:
+    """Lesson 04, exercise 2: p - 1 steps round a ring of isend/irecv. Row r of the result is rank r's tensor."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    rows = torch.empty(world, *tensor.shape, dtype=tensor.dtype)
+    rows[rank] = tensor
+    for step in range(world - 1):  # pass on the row that arrived in the last step
+        sending, arriving = (rank - step) % world, (rank - step - 1) % world
+        requests = [dist.isend(rows[sending].contiguous(), (rank + 1) % world),
+                    dist.irecv(rows[arriving], (rank - 1) % world)]
+        for request in requests:  # both posted before either waits: no rank blocks sending (part 1)
+            request.wait()
+    return rows
+
+
+def ring_seconds(nbytes: float, alpha: float, beta: float, world_size: int) -> float:
+    """Lesson 04, exercise 4: 2(p - 1) steps pay α each; each rank sends 2(p - 1)/p · n bytes at β each."""
+    return 2 * (world_size - 1) * alpha + 2 * (world_size - 1) / world_size * nbytes * beta
+
+
+def my_rank_and_size(environ: dict[str, str]) -> tuple[int, int]:
+    """Lesson 08, exercise 2: (rank, world size) from the launcher's variables, torchrun's first."""
+    for rank, size in (("RANK", "WORLD_SIZE"),  # first: torchrun inside srun also sees SLURM_PROCID
+                       ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),  # Open MPI
+                       ("PMI_RANK", "PMI_SIZE"),  # MPICH (and Intel MPI)
+                       ("SLURM_PROCID", "SLURM_NTASKS")):  # srun
+        if rank in environ:
+            return int(environ[rank]), int(environ[size])
+    raise KeyError("no launcher's rank variables in this environment")
+
+
+class GhostBatchNorm2d(nn.BatchNorm2d):
+    """Lesson 07, exercise 4: BatchNorm that normalises each of ``chunks`` parts of the batch on its own.
+
+    ``interleaved=True`` takes examples i, i + chunks, i + 2·chunks, ... as chunk i: what rank i of
+    ``chunks`` ranks holds of a global batch dealt out by ``DistributedSampler``.
+    """
+
+    def __init__(self, features: int, chunks: int = 2, interleaved: bool = False):
+        super().__init__(features)
+        self.chunks, self.interleaved = chunks, interleaved
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        norm = super().forward
+        if self.interleaved:  # equal chunks: the batch must divide by ``chunks``
+            return torch.stack([norm(x[i::self.chunks]) for i in range(self.chunks)], 1).flatten(0, 1)
+        return torch.cat([norm(part) for part in x.tensor_split(self.chunks)])
+
+
+CODE = {(0, 1): sum_of_rank_plus_one, (2, 1): ring_bytes, (4, 1): tree_all_reduce, (4, 2): ring_all_gather,
+        (4, 4): ring_seconds, (7, 4): GhostBatchNorm2d, (8, 2): my_rank_and_size}
+
+
+VALUE, CODE_KIND, RUBRIC = "computed value", "code", "rubric"
+
+# (lesson, exercise) -> (kind, text). "computed value + rubric": a checked value and a question to discuss.
+TEXTS: dict[tuple[int, int], tuple[str, str]] = {
+    (0, 1): (CODE_KIND, """
+Every rank holds 1 + 2 + ... + n = n(n + 1)/2 (the lesson's "A first launch" asserts it for n = 1 to 4).
+Check: lesson00.sum_formula(sum_of_rank_plus_one), or lesson00.sum_formula(lambda n: n * (n + 1) / 2)."""),
+    (0, 2): (VALUE, f"""
+PRODUCT over 4 ranks: 1 · 2 · 3 · 4 = {VALUES[0, 2]['PRODUCT']:g} (n! on n ranks); MAX: {VALUES[0, 2]['MAX']:g} (n).
+Check: lesson00.predict("PRODUCT", 4, 24.0) and lesson00.predict("MAX", 4, 4.0)."""),
+    (0, 3): (RUBRIC, """
+The change: keep dist.all_reduce on every rank and put only the print under `if rank == 0:`; a collective
+inside the `if` would leave the other ranks waiting ("When a rank fails, or hangs"). A good answer on why:
+- every rank runs the same script, so each message appears world_size times (8 GPUs × 64 nodes: 512 copies),
+  interleaved and hard to read, and log files and progress bars multiply the same way;
+- after DDP's all-reduce the ranks hold the same model, so one rank's report says it all; the same habit
+  makes rank 0 the only one that writes checkpoints (lesson 03, part 8);
+- per-rank information (each rank's shard or its own loss) must be gathered to rank 0 first, or printed
+  labelled by rank on purpose."""),
+    (0, 4): (VALUE + " + rubric", f"""
+The error names ranks {VALUES[0, 4]} (check: lesson00.timeout_names([0, 1])). Rank 0 is still sleeping at the
+deadline. Rank 1 did nothing wrong but is unfinished too: it reached the all-reduce in time and waits inside
+it, since a collective completes only when every rank of the group has joined. launch stops and names every
+rank that has not returned, and says where each one was."""),
+    (1, 1): (VALUE, f"""
+GD multiplies the error along each eigenvector of the Hessian H = 2AᵀA/N by (1 − lr·λ); it converges when
+|1 − lr·λ| < 1 for every λ, so lr < 2/λ_max. Here λ_max ≈ 8.124 (A with the bias column): lr < {VALUES[1, 1]},
+which is why the explorer's GD converges at 0.2 and diverges at 0.3. Check: lesson01.largest_stable_lr(0.2462)."""),
+    (1, 2): (VALUE, f"""
+σ²/B · (N − B)/(N − 1) with σ² = 42.63 and N = 354: 42.63/10 · 344/353 ≈ {VALUES[1, 2]}.
+Check: lesson01.minibatch_variance(10, 4.155)."""),
+    (1, 3): (VALUE + " + rubric", f"""
+η·tr Σ/(4B) with tr Σ ≈ 19.08 at the optimum: 0.02 · 19.08/8 ≈ {VALUES[1, 3]}.
+Check: lesson01.noise_floor(0.02, 2, 0.0477).
+Then sgd_chains(0.02, 2), its second half averaged as in part 3, measured: 0.0569 (0.0568 and 0.0566 with seeds
+1 and 2), about 19 % above the prediction. A good comparison says why: η/B = 0.01 is four times part 3's
+smallest, and the formula is first order in η; part 3's printout already showed it growing low with η/B."""),
+    (1, 4): (RUBRIC, """
+Measured with the explorer's settings (lr 0.3, 10 epochs): every batch size diverges, and sooner the smaller
+the batch: the loss passes 10× its start after 0.25 epoch at B = 1, about 0.5 epoch at B = 8 and B = 32, and
+6 epochs with GD. A good answer explains the curvature: a batch's Hessian 2A_BᵀA_B/B is the mean of the
+per-example Hessians 2·a_i a_iᵀ, each with one non-zero eigenvalue 2|a_i|², and the largest eigenvalue of a
+mean is at most the mean of the largest eigenvalues. Here (measured): 2|a_i|² has median 19.0 and maximum
+102.5 against λ_max = 8.12 for the whole data set, 98.9 % of single examples lie above 2/0.3 = 6.67, and
+random batches of 8 and 32 have mean λ_max 10.4 and 8.7. A small batch's step overshoots along its own
+sharp direction, and small batches also take more steps per epoch."""),
+    (1, 5): (RUBRIC, """
+Measured (200 runs, the cell of part 5 with 3.0 for 6.0): the escape rates fall from 81 %, 41.5 %, 1 %, 0 %
+(B = 1, 2, 4, 8) to 3.5 %, 0 %, 0 %, 0 %; GD stays at 0 %. Less noise, fewer crossings of the ridge.
+A good answer on "flat minima": here the noise carries SGD to the deeper minimum although it is the sharper
+one (curvature 8.87 against 7.06), so what decides is the ridge against the noise and where the runs start,
+not flatness; the claim is an empirical observation about some real networks, not a law, and this
+caricature proves nothing about them either. Yes, depth and flatness can point the other way: stretch the
+right-hand well, e.g. ((x/1.5)² − 1)² − 0.3x for x > 0 (and its gradient), which leaves the left minimum
+(x = −0.96, loss 0.294, curvature 7.06) and moves the right one to x ≈ 1.58 with loss −0.462 and curvature
+4.13: deeper and flatter."""),
+    (2, 1): (CODE_KIND, """
+2(K − 1)/K · M bytes: K − 1 steps of reduce-scatter and K − 1 of all-gather, each sending one K-th of the
+gradient (part 3's table: 1.75 M at K = 8). Check: lesson02.ring_bytes_per_worker(8, 9600, ring_bytes(8, 9600))."""),
+    (2, 2): (VALUE, """
+200/256 = 0.78125 and 56/256 = 0.21875: each shard's mean gradient stands for its examples, so it is weighted by
+its share of the batch. The plain mean (0.5, 0.5) is refused.
+Check: lesson02.shard_weights([200, 56], [0.78125, 0.21875])."""),
+    (2, 3): (VALUE, f"""
+Multiply the learning rate by K = {VALUES[2, 3]}: averaging K summed-loss gradients gives 1/K of the full batch's summed
+gradient (part 2 printed the ratio 0.250 at K = 4). Adding the K gradients instead of averaging them fixes it
+too. Check: lesson02.summed_loss_factor(8, 8)."""),
+    (2, 4): (VALUE + " + rubric", """
+False (check: lesson02.towers_equal_uneven_ghost_batch_norm(False)). tensor_split(250, 4) gives chunks of
+63, 63, 62 and 62. Both sides normalise each chunk with its own statistics, so each chunk's loss is the same
+on both; but the full batch's mean loss weights chunk k by n_k/250, while the plain mean of the towers
+weights each by 1/4. Weights n_k/250 ([63, 63, 62, 62]/250) make them equal: part 2's fix for uneven shards."""),
+    (3, 1): (VALUE, """
+3 without drop_last (10 padded to 12 with 2 repeats), 2 with drop_last (8 used, 2 left out); part 2 showed
+both. Check: lesson03.samples_per_rank(10, 4, False, 3) and lesson03.samples_per_rank(10, 4, True, 2)."""),
+    (3, 2): (VALUE, """
+15 without no_sync (every micro-batch's backward all-reduces: 5 × 3) and 5 with it (only the last
+micro-batch of each step); the model fits in one bucket. Check: lesson03.allreduce_calls(5, 3, False, 15) and
+lesson03.allreduce_calls(5, 3, True, 5)."""),
+    (3, 3): (VALUE, f"""
+lr/N = 0.004/4 = {VALUES[3, 3]}: DDP divides the sum of the ranks' (summed-loss) gradients by the world size, so DDP
+at lr moves like one process at lr/N (part 5). Check: lesson03.summed_loss_lr(4, 0.004, 0.001)."""),
+    (3, 4): (RUBRIC, """
+From notebooks/: torchrun --standalone --nproc_per_node=1 train_ddp.py --steps 10 --batch-size 64.
+Measured: "1 rank(s) on gloo, 10 steps of 1 x 64 examples: parameter checksum -0.83063, test accuracy 0.443,
+replicas identical: True"; the 2 × 32 run of "The same training under torchrun" printed the same checksum
+(both within 1e-4 of one process × 64; the last digits depend on the CPU). A good answer says why: one rank
+of 64 and two of 32 take the same global batches (DistributedSampler shuffles once and deals the same order
+out) and the same averaged gradient, so they train the same model up to float rounding (part 4)."""),
+    (3, 5): (RUBRIC, """
+A good answer names these risks, for a shared file system (NFS, Lustre, a cloud bucket):
+- all ranks write the same file at once: writes interleave or truncate one another, and the file can end
+  up corrupt or mixed from several writers, N times the I/O for the same bytes;
+- without the barrier a rank can load the file while another is still writing it: a half-written file
+  (an unpickling error) or the previous checkpoint (silently the wrong state), so ranks resume differently.
+The fix: one writer (rank 0; all replicas are identical, part 7), written atomically (a temporary file and a
+rename, lesson 08 part 6), then a barrier, then every rank loads."""),
+    (4, 1): (CODE_KIND, """
+A binomial tree: at distance 1, 2, 4, ... the partner at rank + distance sends its partial sum and is done;
+after ⌈log2 p⌉ rounds rank 0 holds the sum and sends it back down the same pairs. 2⌈log2 p⌉ steps, each
+sending the whole tensor: fewer steps than the ring's 2(p − 1), more bytes per rank (good for small
+messages). Check: lesson04.all_reduce_from_messages(tree_all_reduce)."""),
+    (4, 2): (CODE_KIND, """
+Each rank puts its tensor in its own row, then for p − 1 steps sends to its right neighbour the row that
+arrived in the previous step while receiving the next from its left, posting isend and irecv before waiting.
+Every rank sends (p − 1) rows. Check: lesson04.all_gather_from_messages(ring_all_gather)."""),
+    (4, 3): (VALUE, f"""
+2(p − 1)/p · n = 2 · 7/8 · 100 · 2²⁰ = {VALUES[4, 3]:,} bytes (175 MiB).
+Check: lesson04.ring_bytes_per_rank(100 * 2**20, 8, 183500800)."""),
+    (4, 4): (CODE_KIND, """
+T = 2(p − 1)α + 2(p − 1)/p · n · β = 30α + 1.875 · 26,214,400 · β for p = 16. With the fit printed in the lesson
+(α = 204 µs, β = 0.63 ns per byte): 6.1 ms + 31.0 ms ≈ 37 ms; yours differs with your machine's fit.
+Check: lesson04.ring_seconds(25 * 2**20, alpha, beta, 16, ring_seconds(25 * 2**20, alpha, beta, 16))."""),
+    (4, 5): (RUBRIC, """
+4.5 M float32 parameters are 18 MB of gradients: under a 25 MB cap they all fit in one bucket, which is ready
+only when the last gradient (the first layer's) is, so its all-reduce cannot start before backward ends:
+no overlap is left. Measured (2 ranks, step_times as in part 5, 15 steps): 25 MB, 1 bucket, started 1.2 ms
+after the last gradient, 46.6 ms per step against torch DDP's 46.5 ms at the same cap; 5 MB, 5 buckets, 4 of
+them started before the last gradient, 45.7 ms. On this 2-core CPU the overlap buys little either way (part 5
+says why); on GPUs, where it hides communication, one bucket for the whole model throws that away.
+torch DDP keeps its first bucket at 1 MB for the same reason."""),
+    (5, 1): (VALUE, f"""
+The edge at staleness τ = 3 is 2 sin(π/14) ≈ 0.445 on lr × λ_max, so lr < 0.445/4 ≈ {VALUES[5, 1]}
+(check: lesson05.largest_lr(3, 4.0, 0.1113))."""),
+    (5, 2): (VALUE, f"""
+The round lasts as long as the slowest of 4 Exp(1) times: H_4 = 1 + 1/2 + 1/3 + 1/4 = 25/12 ≈ {VALUES[5, 2]}
+(check: lesson05.sync_round_time(4, 2.083))."""),
+    (5, 3): (VALUE, f"""
+M − 1 = {VALUES[5, 3]:g}: with memoryless compute times the number of updates a gradient misses is geometric with mean
+M − 1 (part 4 measured 7.00 for M = 8). Check: lesson05.mean_staleness(16, 15)."""),
+    (5, 4): (RUBRIC, """
+It diverges. Measured with part 4's simulate("async", lr=1.2), i.e. a step of 0.15 per update: the loss passes
+1e6 after 63 updates and 1e30 by simulated time 63, where lr 0.15/8 converges. Part 2 predicts it: a
+gradient arrives τ updates late, and delayed GD is stable only while lr · λ_max < 2 sin(π/(4τ + 2)); here
+λ_max ≈ 8.12 and the mean staleness is M − 1 = 7 (edge 0.209), so 0.15/8 gives 0.152, inside, and 0.15 gives
+1.22, far outside (already unstable at τ = 1, edge 1). Part 3's fix is the staleness-aware rate lr/τ."""),
+    (5, 5): (VALUE + " + rubric", """
+1 − 1/M = 0.5 (check: lesson05.implicit_momentum(2, 0.5)). The match stays exact in expectation: with
+geometric staleness the expected asynchronous update is heavy ball with momentum 1 − 1/M for every M.
+Measured with part 5's cell at M = 2 (20,000 runs): the largest gap between the mean of the async runs and
+heavy ball is 0.0011, within one Monte Carlo standard error (0.0011), against 0.52 from plain GD."""),
+    (6, 1): (VALUE, f"""
+8 times the batch (256 to 2048), 8 times the learning rate: {VALUES[6, 1]}
+(check: lesson06.linear_scaling(0.1, 256, 2048, 0.8))."""),
+    (6, 2): (VALUE, f"""
+S = S_min (1 + B_crit/B) = 100 · (1 + 1000/250) = {VALUES[6, 2]} (check: lesson06.steps_at(100, 1000, 250, 500))."""),
+    (6, 3): (VALUE, f"""
+About {VALUES[6, 3]} (check: lesson06.largest_base_lr(32, 0.0306)). The scaled rate 32·lr₀ at batch 128 must stay
+below the noisy quadratic's stability edge, which the gradient noise lowers a little below the noise-free
+1/(32·λ_max) = 0.03125 (the loss's Hessian is 2Λ): the checker finds the edge near 0.03076 and refuses 0.03125.
+Round down: a value just above the edge diverges."""),
+    (6, 4): (RUBRIC, """
+Measured with part 4's cell and lr = 0.5 · B/16 (0.5, 2, 8), training loss:
+- after 3 epochs: B = 16 0.048, B = 64 0.056 (0.088 at lr 0.5), B = 256 diverged (about 3e21);
+- after 60 updates: B = 16 0.202, B = 64 0.102, B = 256 NaN.
+"At equal updates bigger batches are ahead" survives where the run stays stable (B = 64). "At equal epochs
+smaller batches are ahead" narrows to 0.056 against 0.048 at B = 64, and at B = 256 the linear rule
+breaks: lr 8 is past the curvature limit (part 1), so bigger batches still need more epochs. (With
+√-scaling, lr 0.5, 1, 2: after 3 epochs 0.048, 0.073, 0.088, the order of the claim kept.)"""),
+    (7, 1): (VALUE, f"""
+{VALUES[7, 1]}: two per SyncBatchNorm layer, one in forward (sums, sums of squares and count, packed) and one in
+backward (the two gradient sums, packed), made because each layer's input, a linear layer's output, needs a
+gradient (a layer applied straight to the data makes none in backward); part 2 counted [17, 33, 32, 16] for its
+2 layers. Check: lesson07.allreduces_per_step(3, 6)."""),
+    (7, 2): (VALUE, """
+The sampler: yes, the same seed on every rank (True), or the shards overlap and miss examples (part 5: 1076
+of 1438 digits read, 362 twice). Dropout: no (False): with one seed every rank draws the same masks. Check:
+lesson07.must_share_seed("sampler", True) and lesson07.must_share_seed("dropout", False)."""),
+    (7, 3): (VALUE, f"""
+n counts every value of the channel over every rank: (3 + 1) samples × 5 positions = {VALUES[7, 3]}.
+Check: lesson07.unbiased_count([3, 1], 5, 20)."""),
+    (7, 4): (CODE_KIND + " + rubric", """
+GhostBatchNorm2d below, as the norm of convnet in one process × 32 for 40 steps, e.g. in your session
+equivalence.NORMS["ghost"] = lambda channels: GhostBatchNorm2d(channels, interleaved=True), then
+equivalence.train(steps=40, batch_size=32, lr=0.1, ddp=False, norm="ghost"). Measured against part 2's
+per-replica curve (2 ranks × 16):
+- contiguous chunks (tensor_split: examples 0-15 and 16-31): not the same curve, off by up to 0.024;
+- rank 0 holds examples 0, 2, 4, ... of each global batch of 32 (DistributedSampler deals them out in turn,
+  part 1), rank 1 the odd ones; with interleaved=True the chunks match, and the losses and the final
+  parameters agree within 1e-6.
+What still differs: the running statistics (measured up to 0.029 apart). The ghost layer updates them once
+per chunk, twice per step (num_batches_tracked 80 against 40), while under DDP each rank updates its own
+once per step from its chunk and DDP copies rank 0's to every rank at each forward."""),
+    (7, 5): (RUBRIC, """
+Measured: part 1's sweep with 4 ranks and norm="sync": every gap below 1e-5, as with 2 ranks.
+count_and_time with 20 steps (4 ranks × 16 hold only 22 batches per epoch), two runs each: SyncBatchNorm's 4
+all-reduces per step took 5.6 to 7.5 ms on 2 ranks (44-48 % of a 12.8-15.6 ms step) and 22.9 to 26.4 ms on 4
+ranks (59-64 % of a 38.8-41.0 ms step): about 4 times as long for twice the ranks. A good answer says why:
+the messages are 16 to 33 values, so their cost is latency, and the message steps of an all-reduce grow
+with p (a ring makes 2(p − 1): 2 on 2 ranks, 6 on 4); on this 2-core machine 4 ranks also share 2 cores, so
+every all-reduce waits for each rank to be scheduled (the per-replica step grew too, 4.1-5.7 to 17.2-18.3
+ms). With a core or GPU per rank only the latency term grows with p, but each of these all-reduces still
+sits on the critical path."""),
+    (8, 1): (VALUE, f"""
+RANK = GROUP_RANK × LOCAL_WORLD_SIZE + LOCAL_RANK = 2 × 8 + 3 = {VALUES[8, 1]}
+(check: lesson08.global_rank(8, 2, 3, 19))."""),
+    (8, 2): (CODE_KIND, """
+Read torchrun's RANK and WORLD_SIZE first, then Open MPI's, MPICH's and Slurm's, as ints. The order matters:
+torchrun started by srun sees SLURM_PROCID too, and the right rank is torchrun's. Check:
+lesson08.rank_and_size(my_rank_and_size)."""),
+    (8, 3): (VALUE + " + rubric", f"""
+2 · 63/64 · 25 · 2²⁰ bytes at 12.5e9 bytes per second: {VALUES[8, 3]} ms
+(check: lesson08.bucket_milliseconds("100 GbE", 64, 4.13)).
+A ring of 8 takes 3.67 ms: each rank sends 2(p − 1)/p of the bucket, 1.75 at p = 8 and 1.97 at p = 64, never
+more than twice, whatever p. What grows with p is the latency term, 2(p − 1)α."""),
+    (8, 4): (RUBRIC, """
+Run part 6's train_resumable with --checkpoint-every 10 --kill-rank 1 --kill-at-step 25. Measured: torchrun's
+agent logged local_rank 1 failed with exit code -9; attempt 1 printed "resuming from the checkpoint of step 20"
+and "resumed from step 20, ran 40 steps, finished at step 60, replicas identical: True"; the final parameters
+are identical to an uninterrupted run's (torch.equal on every tensor). Steps 21 to 25 were done twice (5
+steps): the kill came after step 25, and the last checkpoint was step 20's. Wall time 11.0 s against 7.8 s
+uninterrupted. A good answer also says why identical: the checkpoint holds the model and the momentum, and
+each step's batch depends only on the step number."""),
+    (8, 5): (RUBRIC, """
+Measured (3 runs each): with rank 1 sleeping, rank 0 raised "Timed out waiting 2000ms for recv operation to
+complete" after 2.0 s; with rank 1 returning at once, rank 0 raised after about 0.01 s, with "Connection reset
+by peer" or "Connection closed by peer" (which one varies from run to run). Not a timeout: rank 1's process
+ended, its process group and sockets closed, and gloo on rank 0 saw the connection drop at once instead of
+waiting. A good answer notes that an early exit (or crash) of one rank shows up on the others as a
+connection error that names no cause: look at the rank that is gone (lesson 08, part 6)."""),
+    (9, 1): (VALUE, """
+(p − 1)/(m + p − 1) = 3/11 ≈ 0.273 (check: lesson09.bubble(4, 8, 3 / 11)); with 16 micro-batches 3/19 ≈ 0.158.
+Under 10 % needs 3/(m + 3) < 0.1, so m > 27: 28 micro-batches (3/31 ≈ 0.097; 27 gives exactly 0.10)."""),
+    (9, 2): (VALUE, """
+1F1B: stage r keeps at most p − r micro-batches, so stage 1 keeps 3 (check: lesson09.micro_batches_kept("1f1b",
+4, 8, 1, 3)). GPipe: all 8, since every forward comes before the first backward
+(lesson09.micro_batches_kept("gpipe", 4, 8, 1, 8))."""),
+    (9, 3): (VALUE, f"""
+ZeRO-2 keeps the fp16 parameters whole (2Ψ) and shards gradients and optimizer state (14Ψ/N):
+2 · 13e9 + 14 · 13e9/16 bytes = 26 + 11.375 = {VALUES[9, 3]} GB
+(check: lesson09.zero_gigabytes(13e9, 16, 2, 37.375))."""),
+    (9, 4): (VALUE, """
+3e-8: yes (True), barely. float16's smallest positive value is 2^-24 ≈ 5.96e-8; a value above half of it,
+2^-25 ≈ 2.98e-8, rounds up to 2^-24, so 3e-8 is stored as about twice itself. 2e-8: no (False), it rounds to 0.
+Check: lesson09.survives_float16(3e-8, True) and lesson09.survives_float16(2e-8, False)."""),
+    (9, 5): (RUBRIC, """
+In timed_schedules, pass work_s = 0.4 on the last rank and 0.2 on the others. Measured (4 stages, 8
+micro-batches): the step takes 0.97 s instead of 0.58 s, under GPipe and under 1F1B alike, and the idle share
+grows from 0.29 to 0.48 for both. The slowest stage sets the pace: it works 0.81 s of the 0.97 s while the
+others work 0.41 s each and spend the rest waiting for its outputs and its gradients. The schedule
+changes memory (part 2), not the pace. Balance the stages' work, not their layer counts."""),
+    (9, 6): (RUBRIC, """
+4 all-reduces per step: 2 in forward (g after each block's B) and 2 in backward (f before each block's A).
+Measured with part 3's functions on 4 ranks, two blocks in a row: the all-reduces were ['forward', 'forward',
+'backward', 'backward'], and output and input gradient equal the unsplit pair's within 1e-5.
+A good answer explains both: the second block's column-split A multiplies the whole input h (each rank's
+columns need every hidden unit), and GeLU after it is not linear, so the partial sums must be added first: g
+of the first block cannot go. In backward the first block's row-split B needs the whole gradient of h, but
+each rank only has its part from its own columns of A: f of the second block adds them. A transformer layer
+(attention + MLP, both built this way) therefore costs 2 all-reduces in forward and 2 in backward."""),
+}
+
+
+def answer(lesson: int, exercise: int | None = None) -> None:
+    """Print the model answer or rubric of ``exercise`` of ``lesson``; without ``exercise``, list the lesson's
+    exercises and the kind of answer each has (computed value, code, rubric)."""
+    whole("lesson", lesson, minimum=0, maximum=max(number for number, _ in TEXTS))
+    exercises = {n: entry for (number, n), entry in TEXTS.items() if number == lesson}
+    if exercise is None:
+        print(f"Lesson {lesson:02d}: " + "; ".join(f"exercise {n}: {kind}" for n, (kind, _) in exercises.items()))
+        return
+    whole("exercise", exercise, maximum=max(exercises))
+    kind, text = exercises[exercise]
+    print(f"Lesson {lesson:02d}, exercise {exercise} ({kind})\n\n{text.strip()}")
+    if (lesson, exercise) in CODE:
+        print("\n" + inspect.getsource(CODE[lesson, exercise]))
