@@ -46,7 +46,7 @@ def implicit_momentum(workers: int, answer: float) -> bool:
     """The momentum that asynchrony with ``workers`` memoryless workers adds (1 %).
 
     Mitliagkas et al. 2016: with geometric staleness the expected asynchronous update is heavy-ball
-    momentum 1 - 1/M, the relation lesson 05's part 5 measures for M = 4.
+    momentum 1 - 1/M, the relation lesson 05's part 5 measures for M = 8.
     """
     whole("workers", workers)
     truth = 1 - 1 / workers

@@ -66,12 +66,16 @@ class NoisyQuadratic:
 
 
 def expected_excess(problem: NoisyQuadratic, lr: torch.Tensor | float, batch_size: torch.Tensor | int, steps: int,
-                    warmup_steps: int = 0) -> torch.Tensor:
+                    warmup_steps: int = 0, isserlis_factor: float = 1.0) -> torch.Tensor:
     """Exact expected excess loss of SGD from w = 0, after each of ``steps`` steps.
 
     ``lr`` and ``batch_size`` broadcast against each other (pass a column and a row for a grid);
     the result has shape ``(steps + 1, *broadcast shape)``. With ``warmup_steps`` the learning rate
     rises linearly over that many steps. Runs that diverge overflow to inf.
+
+    ``isserlis_factor`` weights the λ_i² c_i term of the gradient's variance. The recursion is exact
+    only at its default, 1; other values (0 drops the term, 2 doubles it) give the wrong recursions
+    that lesson 06 shows its check against sampled SGD rejecting.
     """
     if not isinstance(problem, NoisyQuadratic):
         raise TypeError(f"problem must be a NoisyQuadratic, got {type(problem).__name__}")
@@ -90,13 +94,14 @@ def expected_excess(problem: NoisyQuadratic, lr: torch.Tensor | float, batch_siz
         raise ValueError("batch_size must be >= 1")
     whole("steps", steps, minimum=0)
     whole("warmup_steps", warmup_steps, minimum=0)
+    real("isserlis_factor", isserlis_factor, at_least=0)
     lam = problem.curvatures
     c = (problem.w_star**2).expand(*shape, len(lam)).clone()  # E[δ_i²], starting from w = 0
     lr, batch = lr.expand(shape).unsqueeze(-1), batch.expand(shape).unsqueeze(-1)
     history = [(c * lam).sum(-1)]
     for t in range(steps):
         eta = lr * min(1.0, (t + 1) / warmup_steps) if warmup_steps else lr
-        spread = lam * (c * lam).sum(-1, keepdim=True) + lam**2 * c + problem.noise**2 * lam
+        spread = lam * (c * lam).sum(-1, keepdim=True) + isserlis_factor * lam**2 * c + problem.noise**2 * lam
         c = (1 - 2 * eta * lam) ** 2 * c + 4 * eta**2 / batch * spread
         history.append((c * lam).sum(-1))
     return torch.stack(history)

@@ -31,6 +31,18 @@ def test_full_batch_limit_is_gradient_descent_and_shapes_broadcast():
     assert (curves[-1, :, 0] > curves[-1, :, 1]).all()  # a batch of one adds noise
 
 
+def test_isserlis_factor_weights_only_the_lambda_squared_term():
+    problem = NoisyQuadratic.spectrum()
+    exact = expected_excess(problem, 0.2, 2, 50)
+    assert torch.equal(expected_excess(problem, 0.2, 2, 50, isserlis_factor=1.0), exact)
+    # the term adds variance, so dropping it lowers the expectation and doubling it raises it
+    dropped, doubled = (expected_excess(problem, 0.2, 2, 50, isserlis_factor=f) for f in (0.0, 2.0))
+    assert (dropped[1:] < exact[1:]).all() and (doubled[1:] > exact[1:]).all()
+    # without noise from the batch (B -> inf) the term has no effect: gradient descent either way
+    assert torch.allclose(expected_excess(problem, 0.2, 1e12, 50, isserlis_factor=0.0),
+                          expected_excess(problem, 0.2, 1e12, 50), rtol=1e-9, atol=0)
+
+
 def test_excess_loss_is_the_expected_loss_above_the_noise_floor():
     problem = NoisyQuadratic.spectrum(dimension=4, smallest=0.1, noise=0.5)
     w = torch.tensor([0.0, 2.0, 1.0, -1.0], dtype=torch.float64)
@@ -62,6 +74,7 @@ def test_warmup_and_bad_arguments():
     (lambda p: p.sample(4, 0), TypeError, "generator"),
     (lambda p: expected_excess(p, 0.1, 8, -1), ValueError, "steps"),
     (lambda p: expected_excess(p, 0.1, 8, 3, warmup_steps=1.5), ValueError, "warmup_steps"),
+    (lambda p: expected_excess(p, 0.1, 8, 3, isserlis_factor=-1.0), ValueError, "isserlis_factor"),
     (lambda p: expected_excess("p", 0.1, 8, 3), TypeError, "problem must be a NoisyQuadratic"),
     (lambda p: expected_excess(p, 0.1, float("nan"), 3), ValueError, "batch_size"),
     (lambda p: expected_excess(p, "0.1", 8, 3), TypeError, "lr and batch_size must be numbers"),
