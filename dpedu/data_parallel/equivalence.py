@@ -182,7 +182,7 @@ def batchnorm_step(batch_sizes: list[int], kind: str = "dpedu", device: str = "c
     """One DDP step of a conv + BatchNorm layer on this rank's share of a fixed global batch.
 
     ``kind="dpedu"``: ``dpedu.SyncBatchNorm``; ``"torch"``: ``nn.SyncBatchNorm.convert_sync_batchnorm``
-    (GPUs only); ``"plain"``: ``nn.BatchNorm2d`` (per replica); outside a process group, the whole batch
+    (not on CPU); ``"plain"``: ``nn.BatchNorm2d`` (per replica); outside a process group, the whole batch
     in one process. The loss is the sum of output times a fixed weight, so that the per-rank losses
     add up to the whole batch's. Returns this rank's outputs and input gradient, the parameter
     gradients (DDP's average over ranks, times the world size: their sum) and the running statistics.

@@ -7,9 +7,15 @@ normalises every shard with the statistics of the *global* batch, and it needs o
 - forward: each rank sums, per channel, its values and their squares, and counts them; one
   all-reduce of those three (packed in one tensor) gives every rank the global mean and variance;
 - backward: the input gradient of a BatchNorm needs, per channel, the sum of the output gradients
-  and the sum of output gradient times normalised input, over the whole batch: one more all-reduce.
+  and the sum of output gradient times normalised input, over the whole batch: one more all-reduce,
+  made only when the layer's input needs a gradient (a norm layer applied straight to the data makes
+  none in backward).
 
 The weight and bias gradients stay local, like every other parameter's: DDP averages them with the rest.
+The sums are taken in float64: var = Q/n - mean^2 subtracts two large, nearly equal numbers when the
+mean is large against the spread, and float32 loses every digit of it. (torch's ``nn.SyncBatchNorm``
+avoids the subtraction instead: each rank computes its own mean and 1/std, an all-gather collects them
+with the counts, and a parallel-variance formula combines them.)
 A rank may hold any number of samples, one included, as long as the global batch has more than one
 value per channel. Without a process group (or with one rank) this is exactly ``nn.BatchNorm``.
 """

@@ -183,3 +183,28 @@ def test_a_rank_with_no_sample_still_takes_part():
 def test_bad_arguments_are_refused_by_name(make, error, message):
     with pytest.raises(error, match=message):
         make()
+
+
+def test_the_backward_all_reduce_is_made_only_when_the_input_needs_a_gradient():
+    from dpedu.runtime.traffic import bytes_sent
+
+    def on_rank(input_needs_grad):
+        x = torch.randn(4, C, generator=torch.Generator().manual_seed(dist.get_rank())).requires_grad_(input_needs_grad)
+        layer = SyncBatchNorm(C)
+        with bytes_sent() as sent:
+            layer(x).square().sum().backward()
+        return sum(what == "all_reduce" for what, _ in sent.calls), layer.weight.grad
+
+    (without, weight_grad), (with_input_grad, same_weight_grad) = launch(lambda: [on_rank(False), on_rank(True)], 2)[0]
+    assert (without, with_input_grad) == (1, 2)
+    assert torch.equal(weight_grad, same_weight_grad)  # the parameter gradients need only the local sums
+
+
+def test_a_large_mean_keeps_the_variance_float32_would_lose():
+    # mean 1000, spread 0.01: in float32, E[x^2] - E[x]^2 is off by more than the variance itself
+    x = 1000 + 0.01 * torch.randn(64, C, generator=torch.Generator().manual_seed(0))
+    assert ((x * x).mean(0) - x.mean(0) ** 2 - x.double().var(0, unbiased=False)).abs().max() > 1e-3
+    layer = SyncBatchNorm(C, momentum=1.0)  # the running variance becomes the batch's, unbiased
+    layer(x)
+    assert torch.allclose(layer.running_var.double(), x.double().var(0), rtol=1e-5)
+    assert torch.allclose(layer.running_mean.double(), x.double().mean(0), rtol=1e-6)
