@@ -58,8 +58,14 @@ class Payload:
         """Bytes sent from each call of the counted hook to the next (DDP calls it once per bucket and step),
         the last one's up to the end of the block. DDP's own calls in between count too: in its second
         forward, rank 0 broadcasts the bucket order it settled on."""
+        return [sum(sizes) for sizes in self.per_call_messages()]
+
+    def per_call_messages(self) -> list[list[int]]:
+        """``per_call`` message by message: for each call of the counted hook, the bytes of each collective
+        it led to, in the order they were made (PowerSGD: the uncompressed tensors, then P, then Q)."""
         bounds = [*self.call_starts, len(self.sent.calls)]
-        return [Sent(self.sent.calls[start:end]).bytes for start, end in zip(bounds, bounds[1:], strict=False)]
+        return [[nbytes for _, nbytes in self.sent.calls[start:end]] for start, end in zip(bounds, bounds[1:],
+                                                                                          strict=False)]
 
 
 @contextmanager

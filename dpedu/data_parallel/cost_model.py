@@ -37,35 +37,42 @@ LINK_BANDWIDTH = {"NVLink (H100)": 450e9, "InfiniBand NDR": 50e9, "100 GbE": 12.
 
 
 def time_all_reduce(sizes_in_bytes: Sequence[int], repeats: int = 5,
-                    reduce: Callable[[torch.Tensor], object] = dist.all_reduce) -> list[float]:
-    """On every rank: the median over ``repeats`` of ``reduce`` on a float32 tensor of each size, in
-    seconds, after one untimed pass over all sizes (first-use allocations and connections are not the
-    model's). Messages up to 1 MB, whose times are the noisiest, get three times the repeats. Ranks
-    start each call together (a barrier first)."""
-    return time_side_by_side(sizes_in_bytes, {"reduce": reduce}, repeats)["reduce"]
+                    reduce: Callable[[torch.Tensor], object] = dist.all_reduce, *,
+                    statistic: Callable[[list[float]], float] = statistics.median) -> list[float]:
+    """On every rank: ``statistic`` (the median, or ``min`` for the fastest) over ``repeats`` of ``reduce``
+    on a float32 tensor of each size, in seconds, after one untimed pass over all sizes (first-use
+    allocations and connections are not the model's). Messages up to 1 MB, whose times are the noisiest,
+    get three times the repeats. Ranks start each call together (a barrier first)."""
+    return time_side_by_side(sizes_in_bytes, {"reduce": reduce}, repeats, statistic=statistic)["reduce"]
 
 
 def time_side_by_side(sizes_in_bytes: Sequence[int], reduces: dict[str, Callable[[torch.Tensor], object]],
-                      repeats: int = 5) -> dict[str, list[float]]:
+                      repeats: int = 5, *,
+                      statistic: Callable[[list[float]], float] = statistics.median) -> dict[str, list[float]]:
     """``time_all_reduce`` for several all-reduces at once, taking turns call by call, so that a busy
-    moment of a shared machine slows them alike: for each name, the medians per size."""
+    moment of a shared machine slows them alike: for each name, ``statistic`` of the times per size (in
+    the order of ``sizes_in_bytes``)."""
     whole("repeats", repeats)
+    if not callable(statistic):
+        raise TypeError(f"statistic must be a function of a list of seconds, such as min, got {statistic!r}")
     tensors = [torch.ones(max(1, whole("size in sizes_in_bytes", n) // 4)) for n in sizes_in_bytes]
     for tensor in tensors:
         for reduce in reduces.values():
             reduce(tensor)
-    medians: dict[str, list[float]] = {name: [] for name in reduces}
-    for tensor in tensors:
-        seconds: dict[str, list[float]] = {name: [] for name in reduces}
-        for _ in range(3 * repeats if tensor.numel() * 4 <= 2**20 else repeats):
+    seconds: dict[str, list[list[float]]] = {name: [[] for _ in tensors] for name in reduces}
+    # Sizes take turns too, round by round (a large size every third round), so that a busy spell of
+    # the machine, shorter than the whole measurement, lands in a few repeats of every size instead
+    # of in all the repeats of one size, and the medians step over it.
+    for round_ in range(3 * repeats):
+        for index, tensor in enumerate(tensors):
+            if tensor.numel() * 4 > 2**20 and round_ % 3:
+                continue
             for name, reduce in reduces.items():
                 dist.barrier()
                 start = time.perf_counter()
                 reduce(tensor)
-                seconds[name].append(time.perf_counter() - start)
-        for name in reduces:
-            medians[name].append(statistics.median(seconds[name]))
-    return medians
+                seconds[name][index].append(time.perf_counter() - start)
+    return {name: [statistic(times) for times in per_size] for name, per_size in seconds.items()}
 
 
 def fit_alpha_beta(sizes_in_bytes: Sequence[float], seconds: Sequence[float], world_size: int) -> tuple[float, float]:

@@ -4,6 +4,8 @@
 trains them in turn, one step each round, so that a busy moment of a shared machine slows every
 version alike. It returns each version's median seconds per step and the measured timeline of its
 last step (when backward ran, when each all-reduce started and ended) for the lesson's figure.
+``all_reduce_sizes`` says what each version all-reduces in each step, counted where torch hands the
+tensors to the process group: the one measurement that compares torch DDP's buckets with MiniDDP's.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from dpedu._validate import real, whole
 from dpedu.data_parallel.mini_ddp import MiniDDP, average_gradients
+from dpedu.runtime.traffic import bytes_sent
 
 VERSIONS = ("per parameter", "buckets, no overlap", "buckets + overlap", "torch DDP")
 
@@ -34,14 +37,16 @@ def timing_model(seed: int = 0) -> nn.Sequential:
     return nn.Sequential(*layers, nn.Linear(widths[-1], 10))
 
 
-def _wrap(version: str, model: nn.Module, bucket_cap_mb: float) -> nn.Module:
+def _wrap(version: str, model: nn.Module, bucket_cap_mb: float | None) -> nn.Module:
+    """``model`` wrapped as ``version``; ``bucket_cap_mb=None`` leaves each wrapper its own default."""
     if version == "torch DDP":
         return DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
     if version == "per parameter":
         for tensor in model.state_dict().values():
             dist.broadcast(tensor, src=0)
         return model
-    return MiniDDP(model, bucket_cap_mb=bucket_cap_mb, overlap=version == "buckets + overlap")
+    cap = {} if bucket_cap_mb is None else {"bucket_cap_mb": bucket_cap_mb}
+    return MiniDDP(model, overlap=version == "buckets + overlap", **cap)
 
 
 def step_times(versions: Sequence[str] = VERSIONS, *, steps: int = 10, batch_size: int = 64,
@@ -50,7 +55,8 @@ def step_times(versions: Sequence[str] = VERSIONS, *, steps: int = 10, batch_siz
     timeline of its last step in seconds from the step's start: ``backward`` (start, time the last gradient
     was ready), ``returned`` (when ``loss.backward()`` returned: MiniDDP waits for its buckets first) and
     ``communication`` [(start, end), ...] (buckets in order; for "per parameter", the loop of all-reduces
-    after backward; for torch DDP, empty: its buckets travel inside torch's C++ reducer)."""
+    after backward; for torch DDP, empty: its buckets travel inside torch's C++ reducer); and ``seconds``,
+    every timed step's seconds, round by round (the versions took their steps in turn)."""
     if isinstance(versions, str) or not set(versions) <= set(VERSIONS) or not versions:
         raise ValueError(f"versions must be a list of some of {VERSIONS}, got {versions!r}")
     whole("steps", steps)
@@ -88,4 +94,34 @@ def step_times(versions: Sequence[str] = VERSIONS, *, steps: int = 10, batch_siz
                                 "returned": backward_end - start, "communication": communication}
     for version, (*_, seconds) in runs.items():
         results[version]["median"] = statistics.median(seconds[warmup:])
+        results[version]["seconds"] = seconds[warmup:]
     return results
+
+
+def all_reduce_sizes(versions: Sequence[str] = VERSIONS, *, steps: int = 3, bucket_cap_mb: float | None = 5.0,
+                     batch_size: int = 8) -> dict[str, list[list[int]]]:
+    """For each of ``versions``, on the timing model: per training step, the bytes of every all-reduce this
+    rank started, in order (counted with ``bytes_sent``, which sees torch DDP's C++ reducer too; counting
+    waits for each all-reduce, so nothing here is timed). Other collectives (DDP's broadcasts) are left out.
+    ``bucket_cap_mb=None`` leaves each wrapper its default (torch DDP's differs from an explicit 25)."""
+    if isinstance(versions, str) or not set(versions) <= set(VERSIONS) or not versions:
+        raise ValueError(f"versions must be a list of some of {VERSIONS}, got {versions!r}")
+    whole("steps", steps)
+    whole("batch_size", batch_size)
+    if bucket_cap_mb is not None:
+        real("bucket_cap_mb", bucket_cap_mb, above=0)
+    generator = torch.Generator().manual_seed(dist.get_rank())
+    X, y = torch.randn(batch_size, 256, generator=generator), torch.randint(0, 10, (batch_size,), generator=generator)
+    sizes: dict[str, list[list[int]]] = {}
+    for version in versions:
+        model = timing_model()
+        wrapped = _wrap(version, model, bucket_cap_mb)
+        sizes[version] = []
+        for _ in range(steps):
+            model.zero_grad()
+            with bytes_sent() as sent:
+                F.cross_entropy(wrapped(X), y).backward()
+                if version == "per parameter":
+                    average_gradients(model)
+            sizes[version].append([nbytes for kind, nbytes in sent.calls if kind == "all_reduce"])
+    return sizes

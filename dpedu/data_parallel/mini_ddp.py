@@ -4,11 +4,17 @@
 gradient, one message each, while nothing else happens. ``MiniDDP`` is what torch DDP does instead:
 
 - at construction, every rank takes rank 0's parameters and buffers (one broadcast each);
-- the gradients live in a few flat **buckets** of at most ``bucket_cap_mb``, filled in reverse
-  registration order, roughly the order backward produces them (torch DDP also caps its first bucket
-  at 1 MB, to start communicating sooner); each parameter's ``.grad`` is a view into its bucket, so
-  nothing is copied out after the all-reduce (a fresh ``.grad``, after ``zero_grad()``'s default
-  ``set_to_none=True``, is copied in once, as torch DDP copies every gradient into its buckets);
+- the gradients live in a few flat **buckets**, formed once, here: parameters in reverse registration
+  order (roughly the order backward produces them), a new bucket whenever the next one would take the
+  bucket past ``bucket_cap_mb`` (a bucket holds at most the cap, unless one parameter alone is larger).
+  torch DDP forms its buckets differently (torch 2.13, ``find_unused_parameters=False``; lesson 04
+  measures it): its first backward all-reduces every gradient as one bucket and records the order in
+  which they arrived; before the second forward it rebuilds the buckets in that order, closing a bucket
+  once it *reaches* the cap (so it can exceed the cap by up to one tensor), the first one once it
+  reaches 1 MiB (``dist._DEFAULT_FIRST_BUCKET_BYTES``) if ``bucket_cap_mb`` is left at its default;
+- each parameter's ``.grad`` is a view into its bucket, so nothing is copied out after the all-reduce
+  (a fresh ``.grad``, after ``zero_grad()``'s default ``set_to_none=True``, is copied in once, as
+  torch DDP copies every gradient into its buckets);
 - a hook on every parameter (``register_post_accumulate_grad_hook``) counts the gradients that are
   ready; a bucket whose gradients are all ready starts its all-reduce **asynchronously**, and backward
   goes on computing the earlier layers' gradients while the bucket travels (``overlap=False`` holds

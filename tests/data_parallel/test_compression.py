@@ -17,13 +17,13 @@ def train_counted(name):
                                                                                start_powerSGD_iter=2))}[name]
     with payload_bytes() as payload:
         trained = digits_ddp.train(steps=4, batch_size=16, lr=0.1, comm_hook=payload.counted(hook), comm_state=state)
-    return payload.per_call(), trained["model"]
+    return payload.per_call(), trained["model"], payload.per_call_messages()
 
 
 def test_bytes_per_step_and_the_same_training_within_bf16_rounding():
-    (fp32_calls, fp32_model), (fp32_rank_1, _) = launch(train_counted, 2, args=("fp32",))
-    (bf16_calls, bf16_model), _ = launch(train_counted, 2, args=("bf16",))
-    (power_calls, _), _ = launch(train_counted, 2, args=("powerSGD",))
+    (fp32_calls, fp32_model, fp32_messages), (fp32_rank_1, *_) = launch(train_counted, 2, args=("fp32",))
+    (bf16_calls, bf16_model, _), _ = launch(train_counted, 2, args=("bf16",))
+    (power_calls, _, power_messages), _ = launch(train_counted, 2, args=("powerSGD",))
     # Step 1 also holds what DDP's second forward broadcasts from rank 0: the bucket order it settled on,
     # an int32 per parameter and their count (20 bytes), and the bucket's size (4). Rank 1 only receives it.
     order = 24
@@ -32,4 +32,7 @@ def test_bytes_per_step_and_the_same_training_within_bf16_rounding():
     rank_1 = (64 + 32) + (32 + 10)  # P and Q of each weight matrix, rank 1
     # sent from callbacks once the previous all-reduce has arrived, + the biases, uncompressed
     assert power_calls == [MODEL_BYTES + order, MODEL_BYTES] + [(rank_1 + 32 + 10) * 4] * 2
+    # message by message: the sums above, split; PowerSGD's three all-reduces in turn: biases, Ps, Qs
+    assert fp32_messages[1:] == [[MODEL_BYTES]] * 3 and sum(fp32_messages[0]) == fp32_calls[0]
+    assert power_messages[2:] == [[(32 + 10) * 4, (32 + 10) * 4, (64 + 32) * 4]] * 2
     assert all(torch.allclose(fp32_model[k], bf16_model[k], atol=1e-2) for k in fp32_model)

@@ -4,7 +4,8 @@ import math
 
 import pytest
 
-from dpedu.data_parallel.cost_model import fit_alpha_beta, ring_time
+from dpedu import launch
+from dpedu.data_parallel.cost_model import fit_alpha_beta, ring_time, time_all_reduce
 
 
 @pytest.mark.parametrize("world_size", [2, 4, 8])
@@ -30,3 +31,20 @@ def test_latency_and_bandwidth_terms_of_the_ring():
 def test_bad_input_is_refused_by_name(call, name):
     with pytest.raises(ValueError, match=name):
         call()
+
+
+def _timed(sizes):
+    """Every size timed, by the median and by the fastest call."""
+    return time_all_reduce(sizes, repeats=2), time_all_reduce(sizes, repeats=2, statistic=min)
+
+
+def test_time_all_reduce_gives_one_positive_time_per_size_by_either_statistic():
+    sizes = [4, 2**12, 2**21]  # the last one above 1 MB: timed every third round
+    for medians, fastest in launch(_timed, 2, args=(sizes,), timeout=60):
+        assert len(medians) == len(fastest) == len(sizes)
+        assert all(t > 0 for t in [*medians, *fastest])
+
+
+def test_time_all_reduce_refuses_a_statistic_that_is_not_a_function():
+    with pytest.raises(TypeError, match="statistic"):
+        time_all_reduce([4], statistic="min")
