@@ -76,6 +76,16 @@ def context(method: str) -> mp.context.BaseContext:
     if method == "forkserver":
         ctx.set_forkserver_preload(PRELOAD)  # takes effect when the server first starts
     elif method == "fork":
-        for module in PRELOAD:  # once per kernel: later calls find them in sys.modules
-            importlib.import_module(module)
+        _import_preload()
     return ctx
+
+
+def _import_preload() -> None:
+    for module in PRELOAD:  # once per process: later calls find them in sys.modules
+        importlib.import_module(module)
+
+
+# Where ranks will be forked from this process, import PRELOAD with dpedu (the first cell of a lesson),
+# so that the first launch is as quick as the next ones.
+if choose_start_method()[0] == "fork":
+    _import_preload()

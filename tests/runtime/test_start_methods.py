@@ -1,6 +1,7 @@
 """Which start method launch uses, and that asking never touches CUDA (faked: CI has no GPU)."""
 
 import multiprocessing as mp
+import os
 import subprocess
 import sys
 
@@ -83,9 +84,12 @@ def test_choosing_and_the_preload_never_touch_cuda():
     assert run.stdout.split() == ["forkserver", "2", "nccl", "gloo", "[]"]
 
 
-def test_a_forking_kernel_imports_the_preload_before_its_first_rank_starts():
-    script = ("import sys; from dpedu.runtime import start_methods; before = 'torch._dynamo' in sys.modules; "
-              "start_methods.context('fork'); print(before, all(m in sys.modules for m in start_methods.PRELOAD))")
-    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.split() == ["False", "True"]
+def test_a_forking_kernel_imports_the_preload_with_dpedu_and_a_spawning_one_does_not():
+    script = "import sys, dpedu; print(all(m in sys.modules for m in dpedu.runtime.start_methods.PRELOAD))"
+    printed = {}
+    for method in ("fork", "spawn"):
+        env = {**os.environ, "DPEDU_START_METHOD": method}
+        run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+        assert run.returncode == 0, run.stderr
+        printed[method] = run.stdout.strip()
+    assert printed == {"fork": "True", "spawn": "False"}  # spawned ranks would import it again for nothing
