@@ -27,6 +27,8 @@ def loopback_interface() -> str | None:
 
     Ranks that all run on this machine should talk over it: set ``GLOO_SOCKET_IFNAME`` to it, or gloo
     looks up the host's name, which fails on machines (many Macs) whose name does not resolve.
+    Returns None where Python cannot list the interfaces or none is named ``lo...``: then leave
+    ``GLOO_SOCKET_IFNAME`` unset (a None value in an environment makes ``subprocess.Popen`` raise TypeError).
     """
     try:
         return next((name for _, name in socket.if_nameindex() if name.startswith("lo")), None)

@@ -4,19 +4,26 @@ import re
 import sys
 from pathlib import Path
 
+from dpedu.runtime import rendezvous
 from dpedu.runtime.commands import run_together
-from dpedu.runtime.rendezvous import loopback_interface
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
-# CPU ranks on every machine, GPUs or not, talking over loopback (as in lesson 03's cell)
-CPU_RANKS_ON_LOOPBACK = {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "GLOO_SOCKET_IFNAME": loopback_interface()}
+
+
+def cpu_ranks_on_loopback() -> dict[str, str]:
+    """CPU ranks on every machine, GPUs or not, talking over loopback (as in lesson 03's cell). Where the OS
+    names no loopback interface, GLOO_SOCKET_IFNAME is left out: a None in the environment makes Popen raise."""
+    env = {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    if interface := rendezvous.loopback_interface():
+        env["GLOO_SOCKET_IFNAME"] = interface
+    return env
 
 
 def torchrun(processes: int, batch_size: int) -> str:
     (run,) = run_together([[sys.executable, "-m", "torch.distributed.run", "--standalone",
                             f"--nproc_per_node={processes}", "train_ddp.py", "--steps", "5",
                             "--batch-size", str(batch_size)]], timeout=180, cwd=str(NOTEBOOKS),
-                          env=CPU_RANKS_ON_LOOPBACK)
+                          env=cpu_ranks_on_loopback())
     assert run.returncode == 0, run.stderr
     return run.stdout
 
@@ -26,3 +33,12 @@ def test_two_ranks_under_torchrun_match_one_rank_with_the_whole_batch():
     assert "2 rank(s) on gloo" in two and "replicas identical: True" in two
     checksum = re.compile(r"checksum (-?\d+\.\d+)")
     assert abs(float(checksum.search(two)[1]) - float(checksum.search(one)[1])) < 1e-4
+
+
+def test_without_a_loopback_interface_the_variable_is_left_out_and_commands_still_start(monkeypatch):
+    monkeypatch.setattr(rendezvous, "loopback_interface", lambda: None)
+    env = cpu_ranks_on_loopback()
+    assert "GLOO_SOCKET_IFNAME" not in env and all(isinstance(value, str) for value in env.values())
+    (run,) = run_together([[sys.executable, "-c", "import os; print(os.environ['OMP_NUM_THREADS'])"]], timeout=30,
+                          env=env)
+    assert run.returncode == 0 and run.stdout.strip() == "1"
