@@ -44,7 +44,7 @@ from dpedu.runtime.commands import run_together
 from dpedu.runtime.environment import environment_report
 from dpedu.runtime.failures import RankFailedError
 from dpedu.runtime.launcher import launch
-from dpedu.runtime.rendezvous import loopback_interface
+from dpedu.runtime.rendezvous import on_loopback
 
 ROOT = Path(__file__).resolve().parents[1]  # the course's repository, when dpedu is used from it
 RECORD = ROOT / "notebooks" / "gpu_recorded.json"
@@ -135,8 +135,7 @@ def train_ddp_result(stdout: str) -> tuple[str, float, bool]:
 def check_torchrun_train_ddp() -> str:
     course_file("notebooks/train_ddp.py")
     ranks = min(2, start_methods.gpu_count())  # the script uses GPUs only when each local rank can have one
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # as lesson 03 runs it; all ranks talk over loopback
-    env.update({"GLOO_SOCKET_IFNAME": lo} if (lo := loopback_interface()) else {})
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **on_loopback()}  # as lesson 03 runs it
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}",
                "notebooks/train_ddp.py", "--steps", "10", "--batch-size", str(64 // ranks)]
     run = run_together([command], timeout=180, cwd=str(ROOT), env=env)[0]  # reaps torchrun's workers too

@@ -30,7 +30,7 @@ from pathlib import Path
 from dpedu._validate import real
 from dpedu.runtime.commands import Finished, run_together
 from dpedu.runtime.processes import InterruptGuard, Supervisor, has_exited, live_processes, stop_and_reap, wait_until
-from dpedu.runtime.rendezvous import free_port, loopback_interface
+from dpedu.runtime.rendezvous import free_port, on_loopback
 
 PROGRAMS = ("slurmctld", "slurmd", "sbatch", "srun", "scontrol", "scancel", "squeue")
 NODE = "localhost"  # a name every machine resolves: the job script uses it as the rendezvous host
@@ -288,9 +288,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     package_root = str(Path(__file__).resolve().parents[2])  # the job's python imports this same dpedu
     env = {"PYTHON": os.environ.get("PYTHON", sys.executable),
            "RDZV_PORT": os.environ.get("RDZV_PORT", str(free_port())),
-           "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
-    if interface := loopback_interface():  # every rank runs here: gloo over loopback, as in lesson 03
-        env["GLOO_SOCKET_IFNAME"] = interface
+           "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])),
+           **on_loopback()}  # every rank runs here: gloo over loopback, as in lesson 03
     start = time.monotonic()
     with local_cluster() as cluster:
         print(f"cluster started in {time.monotonic() - start:.1f} s: one node ({NODE}, {cluster.cpus} CPUs)")

@@ -38,7 +38,7 @@ from dpedu._validate import real, whole
 from dpedu.runtime import _rank, start_methods
 from dpedu.runtime.failures import LaunchTimeoutError, died, first_failure, where_stuck
 from dpedu.runtime.processes import Supervisor, stop_and_reap
-from dpedu.runtime.rendezvous import free_port, loopback_interface
+from dpedu.runtime.rendezvous import free_port, on_loopback
 
 __all__ = ["launch"]
 
@@ -139,9 +139,9 @@ def _run(payload: bytes, world_size: int, backend: str, method: str, timeout: fl
     ctx = start_methods.context(method)
     # The whole environment, as it is now: a forkserver's ranks would otherwise see the server's, frozen
     # at the first launch, and miss what a later cell set (NCCL_DEBUG, CUDA_VISIBLE_DEVICES, ...).
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(world_size)}
-    if "GLOO_SOCKET_IFNAME" not in os.environ and (loopback := loopback_interface()):
-        env["GLOO_SOCKET_IFNAME"] = loopback  # all ranks are on this machine; skip hostname lookups
+    # All ranks are on this machine: loopback, unless the caller chose an interface.
+    env = {**on_loopback(), **os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
+           "WORLD_SIZE": str(world_size)}
     processes: list[BaseProcess] = []
     with tempfile.TemporaryDirectory(prefix="dpedu-launch-") as logdir:
         outputs = [_rank.RankOutput(logdir, r) for r in range(world_size)]

@@ -28,9 +28,17 @@ def loopback_interface() -> str | None:
     Ranks that all run on this machine should talk over it: set ``GLOO_SOCKET_IFNAME`` to it, or gloo
     looks up the host's name, which fails on machines (many Macs) whose name does not resolve.
     Returns None where Python cannot list the interfaces or none is named ``lo...``: then leave
-    ``GLOO_SOCKET_IFNAME`` unset (a None value in an environment makes ``subprocess.Popen`` raise TypeError).
+    ``GLOO_SOCKET_IFNAME`` unset (a None value in an environment makes ``subprocess.Popen`` raise TypeError),
+    as ``on_loopback`` does.
     """
     try:
         return next((name for _, name in socket.if_nameindex() if name.startswith("lo")), None)
     except (AttributeError, OSError):
         return None
+
+
+def on_loopback() -> dict[str, str]:
+    """The environment that makes gloo ranks all on this machine talk over loopback: ``GLOO_SOCKET_IFNAME``
+    set to ``loopback_interface()``, or nothing where there is none to name."""
+    interface = loopback_interface()
+    return {"GLOO_SOCKET_IFNAME": interface} if interface else {}

@@ -7,13 +7,12 @@ from pathlib import Path
 import torch
 
 from dpedu.runtime.commands import run_together
-from dpedu.runtime.rendezvous import loopback_interface
+from dpedu.runtime.rendezvous import on_loopback
 
 LESSON = Path(__file__).resolve().parents[2] / "notebooks" / "lesson08"
 # CPU ranks talking over loopback, as in lesson 03; the last variable lets a restart form its process
 # group (the script's docstring says why).
-ENV = {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "GLOO_SOCKET_IFNAME": loopback_interface(),
-       "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+ENV = {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", **on_loopback(), "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
 
 def torchrun(directory: Path, *extra: str) -> list[str]:

@@ -13,10 +13,7 @@ NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 def cpu_ranks_on_loopback() -> dict[str, str]:
     """CPU ranks on every machine, GPUs or not, talking over loopback (as in lesson 03's cell). Where the OS
     names no loopback interface, GLOO_SOCKET_IFNAME is left out: a None in the environment makes Popen raise."""
-    env = {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    if interface := rendezvous.loopback_interface():
-        env["GLOO_SOCKET_IFNAME"] = interface
-    return env
+    return {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", **rendezvous.on_loopback()}
 
 
 def torchrun(processes: int, batch_size: int) -> str:

@@ -4,7 +4,7 @@ import socket
 
 import pytest
 
-from dpedu.runtime.rendezvous import loopback_interface
+from dpedu.runtime.rendezvous import loopback_interface, on_loopback
 
 
 def test_names_the_loopback_interface_where_the_os_lists_interfaces(monkeypatch):
@@ -26,7 +26,9 @@ def test_none_where_no_loopback_interface_is_found(monkeypatch, listing):
 def test_none_where_python_cannot_list_interfaces(monkeypatch):
     monkeypatch.delattr(socket, "if_nameindex")  # as on platforms without it
     assert loopback_interface() is None
+    assert on_loopback() == {}  # the variable left out, never set to None
 
 
 def test_this_machine_has_one():
     assert loopback_interface() is not None
+    assert on_loopback() == {"GLOO_SOCKET_IFNAME": loopback_interface()}
