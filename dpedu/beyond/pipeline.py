@@ -4,13 +4,19 @@ Model parallelism leaves p - 1 of p stages idle at any moment. Cut the batch int
 stage r can work on micro-batch i while stage r + 1 works on i - 1. Each stage still waits at the start
 (for the first micro-batch to arrive) and at the end (for the last gradient): with forward and backward
 taking the same time on every stage, the idle share of the whole run, the *bubble*, is
-(p - 1)/(m + p - 1) (Huang et al. 2019, GPipe, arXiv:1811.06965).
+(p - 1)/(m + p - 1) (Huang et al. 2019, GPipe, arXiv:1811.06965). Narayanan et al. (2021) measure the same
+idle time against the ideal compute time instead: (p - 1)/m = the idle share / (1 - the idle share).
 
 The schedule sets the order in which a stage runs its forwards ("F", i) and backwards ("B", i):
 
-- GPipe: all m forwards, then all m backwards: every stage keeps the activations of all m micro-batches.
-- 1F1B (Narayanan et al. 2021, arXiv:2104.04473): stage r runs p - 1 - r forwards to fill the pipe,
-  then alternates one forward and one backward: it never keeps more than p - r micro-batches.
+- GPipe: all m forwards, then all m backwards. Run as here, without recomputation, every stage keeps the
+  activations of all m micro-batches; GPipe itself re-materialises them (keeps only each stage's inputs
+  and recomputes the rest during backward).
+- 1F1B, from PipeDream (Narayanan et al. 2019, SOSP), here with a flush at the end of every step as in
+  PipeDream-Flush (Narayanan et al. 2021, arXiv:2006.09503) and Megatron-LM (Narayanan et al. 2021,
+  arXiv:2104.04473): stage r runs p - 1 - r forwards to fill the pipe, then alternates one forward and
+  one backward: it never keeps more than p - r micro-batches, without recomputation, with GPipe's bubble.
+  The interleaved 1F1B of arXiv:2104.04473 (v model chunks per stage) divides the bubble by v.
 
 ``run_schedule`` executes a schedule on real ranks with real tensors, point-to-point messages only,
 and measures the timeline and the activations each stage keeps for backward; ``work_s`` adds a fixed duration

@@ -5,7 +5,10 @@ and the optimizer's state. Rajbhandari et al. (2020, ZeRO, arXiv:1910.02054) sha
 ranks instead: stage 1 the optimizer state, stage 2 also the gradients, stage 3 also the parameters.
 With mixed-precision Adam (2 bytes of fp16 weights, 2 of fp16 gradients and K = 12 of fp32 master
 weights, momentum and variance per parameter) a rank holds, for Ψ parameters,
-DDP 16Ψ, stage 1 4Ψ + 12Ψ/N, stage 2 2Ψ + 14Ψ/N, stage 3 16Ψ/N bytes.
+DDP 16Ψ, stage 1 4Ψ + 12Ψ/N, stage 2 2Ψ + 14Ψ/N, stage 3 16Ψ/N bytes. That 2 + 2 + 12 split is the
+Apex (O2) / DeepSpeed layout. torch's own mixed precision (``torch.autocast``, FSDP2's
+``MixedPrecisionPolicy``) keeps float32 parameters and gradients and casts on the fly: 4 + 4 + 8, the same
+16Ψ in all, but stage 1 becomes 8Ψ + 8Ψ/N and stage 2 4Ψ + 12Ψ/N (``PRECISIONS``).
 
 In torch: ``ZeroRedundancyOptimizer`` is stage 1 (with DDP for the gradients), and FSDP2's
 ``fully_shard`` is stage 3. Stage 2's nearest counterparts are FSDP1's ``SHARD_GRAD_OP`` and FSDP2's
@@ -13,7 +16,10 @@ In torch: ``ZeroRedundancyOptimizer`` is stage 1 (with DDP for the gradients), a
 forward to backward (ZeRO-2 keeps them all the time); here stage 2 is its formula only. On CPU the
 training here is plain float32 Adam: 4 + 4 + 8 bytes per parameter, the same formulas with other byte
 counts. ``held_bytes`` measures what a rank actually holds; ``train`` trains the same model under DDP,
-ZeRO-1 and FSDP2 and counts what their collectives send (``dpedu.runtime.traffic.bytes_sent``).
+ZeRO-1 and FSDP2 and counts what their collectives send (``dpedu.runtime.traffic.bytes_sent``). DDP holds
+its gradients in flat buckets for the all-reduce; only with ``gradient_as_bucket_view=True`` (not the
+default) are the parameters' ``.grad`` views of those buckets, else every gradient is held twice:
+``train`` measures both.
 
 Used in lesson 09.
 """
@@ -24,6 +30,7 @@ import torch
 import torch._dynamo  # noqa: F401 - before any process group exists: see the note in dpedu/data_parallel/digits_ddp.py
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.optim import ZeroRedundancyOptimizer
@@ -33,9 +40,12 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from dpedu._validate import real, whole
 from dpedu.runtime.traffic import bytes_sent
 
-__all__ = ["model_state_bytes", "held_bytes", "tanh_mlp", "train", "KINDS"]
+__all__ = ["model_state_bytes", "held_bytes", "tanh_mlp", "train", "KINDS", "PRECISIONS"]
 
 KINDS = ("ddp", "zero1", "fsdp")
+# bytes per parameter of weights, gradients and optimizer state (Adam: fp32 master copy if any, 2 moments)
+PRECISIONS = {"apex": {"weight_bytes": 2, "grad_bytes": 2, "optimizer_bytes": 12},
+              "autocast": {"weight_bytes": 4, "grad_bytes": 4, "optimizer_bytes": 8}}
 
 
 def model_state_bytes(params: float, world_size: int, stage: int, *, weight_bytes: float = 2,
@@ -88,18 +98,23 @@ def _batch(rank: int, step: int, size: int = 8) -> tuple[torch.Tensor, torch.Ten
     return torch.randn(size, 16, generator=generator), torch.randn(size, 4, generator=generator)
 
 
-def train(kind: str, *, steps: int, lr: float = 1e-2, device: str | torch.device = "cpu") -> dict:
+def train(kind: str, *, steps: int, lr: float = 1e-2, device: str | torch.device = "cpu",
+          bucket_view: bool = True) -> dict:
     """Inside ranks: train ``tanh_mlp()`` with Adam for ``steps`` steps under ``kind`` ("ddp", "zero1" or
     "fsdp"), each rank on its own batches, on ``device`` (the CPU, or this rank's GPU under nccl).
     Returns the whole trained parameters (on the CPU), the bytes this rank holds after the last step
     (``held_bytes``), what its collectives sent in the last step, by kind (``traffic``, from
-    ``bytes_sent``) and, for ZeRO-1, the shapes of the parameters whose optimizer state this rank owns."""
+    ``bytes_sent``), for ZeRO-1 the shapes of the parameters whose optimizer state this rank owns, and, for
+    DDP and ZeRO-1, ``bucket_copy``: the bytes of DDP's gradient buckets that are not also the parameters'
+    ``.grad`` (0 with ``bucket_view``, DDP's ``gradient_as_bucket_view``; all the gradients' bytes without)."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    if not isinstance(bucket_view, bool):
+        raise TypeError(f"bucket_view must be True or False, got {bucket_view!r}")
     whole("steps", steps)
     real("lr", lr, above=0)
     device = torch.device(device)
-    model, owned = tanh_mlp().to(device), None
+    model, owned, buckets = tanh_mlp().to(device), None, {}
     if kind == "fsdp":
         # The mesh names the device the ranks use. Left out, FSDP2 builds one on the accelerator torch was
         # *built* for: "cuda" on PyPI's default Linux build even without a GPU, so CPU ranks would fail.
@@ -109,8 +124,9 @@ def train(kind: str, *, steps: int, lr: float = 1e-2, device: str | torch.device
                 fully_shard(layer, mesh=mesh)  # each layer's parameters all-gathered just for its forward and backward
         fully_shard(model, mesh=mesh)
         wrapped, optimizer = model, torch.optim.Adam(model.parameters(), lr=lr)
-    else:  # gradients as views of DDP's buckets: else DDP keeps a second copy of every gradient
-        wrapped = DDP(model, gradient_as_bucket_view=True)
+    else:  # with bucket_view, gradients are views of DDP's buckets: else DDP keeps a second copy of each
+        wrapped = DDP(model, gradient_as_bucket_view=bucket_view)
+        wrapped.register_comm_hook(buckets, _seen_bucket)
         if kind == "ddp":
             optimizer = torch.optim.Adam(model.parameters(), lr=lr)
         else:
@@ -119,9 +135,21 @@ def train(kind: str, *, steps: int, lr: float = 1e-2, device: str | torch.device
     for step in range(steps):
         x, y = (t.to(device) for t in _batch(dist.get_rank(), step))
         optimizer.zero_grad()
+        buckets.clear()  # DDP rebuilds its buckets after the first step: count the last step's
         with bytes_sent() as sent:
             nn.functional.mse_loss(wrapped(x), y).backward()
             optimizer.step()
     held = held_bytes(model, optimizer)
     params = [(p.full_tensor() if isinstance(p, DTensor) else p.detach()).cpu().clone() for p in model.parameters()]
-    return {"params": params, "held": held, "traffic": sent.by_kind(), "owned": owned}
+    copy = None
+    if kind != "fsdp":  # (an FSDP gradient is a DTensor, and FSDP has no DDP buckets)
+        grads = {p.grad.untyped_storage().data_ptr() for p in model.parameters() if p.grad is not None}
+        copy = sum(n for ptr, n in buckets.items() if ptr not in grads)
+    return {"params": params, "held": held, "traffic": sent.by_kind(), "owned": owned, "bucket_copy": copy}
+
+
+def _seen_bucket(seen, bucket):  # no annotations: DDP checks them, and this module's are strings
+    """DDP's own all-reduce (torch's ``allreduce_hook``), noting the bucket's storage and its bytes."""
+    storage = bucket.buffer().untyped_storage()
+    seen[storage.data_ptr()] = storage.nbytes()
+    return allreduce_hook(None, bucket)

@@ -8,7 +8,7 @@ import torch
 
 from dpedu._validate import real, whole
 from dpedu.beyond.pipeline import bubble_fraction, peak_in_flight, schedule
-from dpedu.beyond.zero_memory import model_state_bytes
+from dpedu.beyond.zero_memory import PRECISIONS, model_state_bytes
 from dpedu.exercises import close, verdict
 
 
@@ -39,13 +39,17 @@ def micro_batches_kept(kind: str, stages: int, micro_batches: int, stage: int, a
                                     "micro-batches forwarded but not yet backwarded")
 
 
-def zero_gigabytes(params: float, world_size: int, stage: int, answer: float) -> bool:
+def zero_gigabytes(params: float, world_size: int, stage: int, answer: float, precision: str = "apex") -> bool:
     """How many GB (1e9 bytes) of model states does each of ``world_size`` ranks hold under ZeRO ``stage``
-    (0 = DDP) for ``params`` parameters trained with mixed-precision Adam (within 1 %)?"""
+    (0 = DDP) for ``params`` parameters trained with mixed-precision Adam (within 1 %), in ``precision``'s
+    byte layout ("apex": 2 + 2 + 12, "autocast": 4 + 4 + 8)?"""
     real("params", params, above=0)
-    truth = model_state_bytes(params, world_size, stage)["total"] / 1e9
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {tuple(PRECISIONS)}, got {precision!r}")
+    truth = model_state_bytes(params, world_size, stage, **PRECISIONS[precision])["total"] / 1e9
     _number(answer)
-    return verdict(close(answer, truth, 0.01), "16 bytes per parameter: 2 + 2 + 12; which of the three does "
+    split = " + ".join(str(b) for b in PRECISIONS[precision].values())
+    return verdict(close(answer, truth, 0.01), f"16 bytes per parameter: {split}; which of the three does "
                                                "this stage split over the ranks?")
 
 

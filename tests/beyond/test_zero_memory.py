@@ -16,6 +16,23 @@ def test_the_papers_example_7_5_billion_parameters_on_64_gpus(stage, gb):
     assert round(zm.model_state_bytes(7.5e9, 64, stage)["total"] / 1e9, 1) == gb
 
 
+def test_torch_autocast_layout_moves_zero_1_and_2_but_not_the_total():
+    autocast = [round(zm.model_state_bytes(7.5e9, 64, s, **zm.PRECISIONS["autocast"])["total"] / 1e9, 1)
+                for s in range(4)]
+    assert autocast == [120.0, 60.9, 31.4, 1.9]
+    assert zm.PRECISIONS["apex"] == {"weight_bytes": 2, "grad_bytes": 2, "optimizer_bytes": 12}
+
+
+@pytest.mark.parametrize("kind", ["ddp", "zero1"])
+def test_default_ddp_holds_a_second_copy_of_every_gradient_in_its_buckets(kind):
+    view = launch(lambda: zm.train(kind, steps=2), 2)
+    default = launch(lambda: zm.train(kind, steps=2, bucket_view=False), 2)
+    assert [r["bucket_copy"] for r in view] == [0, 0] and [r["bucket_copy"] for r in default] == [4 * PSI] * 2
+    assert [r["held"] for r in view] == [r["held"] for r in default]
+    for a, b in zip(view[0]["params"], default[0]["params"], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+
 def test_formulas_by_part_and_one_rank_changes_nothing():
     held = zm.model_state_bytes(100, 4, 2)
     assert held == {"parameters": 200, "gradients": 50, "optimizer": 300, "total": 550}
@@ -53,6 +70,7 @@ def test_ddp_zero1_and_fsdp_train_the_same_parameters_and_hold_what_the_formulas
     assert [r["traffic"] for r in runs["zero1"]] == [
         {"all_reduce": 4 * PSI, "broadcast": sum(4 * math.prod(shape) for shape in r["owned"])} for r in runs["zero1"]]
     assert all(r["traffic"] == {"all_gather": 8 * PSI // world_size, "reduce_scatter": 4 * PSI} for r in runs["fsdp"])
+    assert all(r["bucket_copy"] is None for r in runs["fsdp"])
 
 
 @pytest.mark.parametrize(("call", "error", "name"), [
@@ -65,6 +83,7 @@ def test_ddp_zero1_and_fsdp_train_the_same_parameters_and_hold_what_the_formulas
     (lambda: zm.train("zero2", steps=1), ValueError, "kind"),
     (lambda: zm.train("ddp", steps=0), ValueError, "steps"),
     (lambda: zm.train("ddp", steps=1, lr=0), ValueError, "lr"),
+    (lambda: zm.train("ddp", steps=1, bucket_view=1), TypeError, "bucket_view"),
 ])
 def test_bad_arguments_are_refused_by_name(call, error, name):
     with pytest.raises(error, match=name):

@@ -16,6 +16,8 @@ def test_micro_batches_kept_check():
 def test_zero_gigabytes_check():
     assert lesson09.zero_gigabytes(13e9, 16, 2, 2 * 13 + 14 * 13 / 16)
     assert not lesson09.zero_gigabytes(13e9, 16, 2, 16 * 13 / 16)
+    assert lesson09.zero_gigabytes(13e9, 16, 2, 4 * 13 + 12 * 13 / 16, "autocast")
+    assert not lesson09.zero_gigabytes(13e9, 16, 2, 2 * 13 + 14 * 13 / 16, "autocast")
 
 
 def test_survives_float16_check():
@@ -34,6 +36,7 @@ def test_survives_float16_check():
     (lambda: lesson09.micro_batches_kept("1f1b", 4, 8, 4, 3), ValueError, "stage"),
     (lambda: lesson09.zero_gigabytes(0, 16, 2, 1.0), ValueError, "params"),
     (lambda: lesson09.zero_gigabytes(1e9, 16, 5, 1.0), ValueError, "stage"),
+    (lambda: lesson09.zero_gigabytes(1e9, 16, 2, 1.0, "fp8"), ValueError, "precision"),
     (lambda: lesson09.survives_float16(float("nan"), True), ValueError, "value"),
     (lambda: lesson09.survives_float16(1e-8, "yes"), TypeError, "answer"),
     (lambda: lesson09.survives_float16(1e-8, 1), TypeError, "answer"),
