@@ -1,0 +1,15 @@
+"""Lesson 10: a real training run, end to end: a small GPT learns multi-digit addition on N ranks.
+
+Modules (each used by ``notebooks/train_addition.py``, the torchrun script the lesson runs):
+- ``addition``: the data, generated from a seed: ``"12+39=150"`` (the sum written least significant digit
+  first), disjoint training and held-out sets.
+- ``gpt``: a small GPT-style transformer (causal ``scaled_dot_product_attention``).
+- ``schedule``: warmup + cosine learning rate per optimizer step of the global batch.
+- ``batches``: ``DistributedSampler`` shards cut into micro-batches, the same global batches for any number of
+  ranks, resumable mid-epoch.
+- ``step``: one optimizer step: accumulation under ``no_sync``, mixed precision, clipping the averaged gradient.
+- ``evaluation``: exact-match accuracy, each rank on an unpadded shard, counts summed by an all-reduce.
+- ``replicas``: the global loss, parameter checksums, every rank's random state for checkpoints.
+
+Like every content package, it imports only ``dpedu.runtime``, ``dpedu.notebook``, dpedu's top level and itself.
+"""

@@ -1,0 +1,63 @@
+"""What all ranks of lesson 10's run agree on: the global loss, the parameters, each rank's random state.
+
+``global_mean`` is the log's loss: rank 0's own loss is the mean over its shard only, noisier than the loss
+of the global batch the step actually descended; one all-reduce of the per-step losses gives the latter.
+``parameter_checksum`` and ``replicas_identical`` say that a run is the same run (on every rank, and
+against another run); ``random_states`` and ``restore_random_states`` let a checkpoint hold every rank's
+random state (dropout draws differ per rank), so a resumed run draws what the uninterrupted one would have.
+
+Used in lesson 10 and by ``notebooks/train_addition.py``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+__all__ = ["global_mean", "parameter_checksum", "replicas_identical", "random_states", "restore_random_states"]
+
+
+def global_mean(values: torch.Tensor) -> torch.Tensor:
+    """The mean over ranks of each rank's ``values`` (same shape on every rank); every rank gets it.
+
+    With equal-sized shards (``batches.micro_batch_size`` makes them so) the mean of the ranks' mean losses is
+    the mean loss over the whole global batch.
+    """
+    summed = values.detach().clone()
+    dist.all_reduce(summed)
+    return summed / dist.get_world_size()
+
+
+def parameter_checksum(model: nn.Module) -> float:
+    """The sum of every parameter in float64: one number to compare runs by (equal parameters, equal sums)."""
+    return sum(p.detach().double().sum().item() for p in model.parameters())
+
+
+def replicas_identical(model: nn.Module) -> bool:
+    """True on every rank when all ranks hold bit-identical parameters (compared through an all-gather)."""
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    gathered = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, flat)
+    return all(torch.equal(gathered[0], other) for other in gathered[1:])
+
+
+def random_states() -> list[dict[str, torch.Tensor]]:
+    """Every rank's torch random state (CPU, and this rank's GPU when it uses one), in rank order, on every rank."""
+    mine = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        mine["cuda"] = torch.cuda.get_rng_state()
+    everyone: list = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    return everyone
+
+
+def restore_random_states(states: list[dict[str, torch.Tensor]]) -> None:
+    """Set this rank's random state from ``random_states()``'s list (written by as many ranks as there are now)."""
+    if len(states) != dist.get_world_size():
+        raise ValueError(f"the checkpoint holds the random states of {len(states)} ranks, but {dist.get_world_size()} "
+                         f"ranks are running: resume with --nproc-per-node={len(states)}")
+    mine = states[dist.get_rank()]
+    torch.set_rng_state(mine["cpu"])
+    if "cuda" in mine:
+        torch.cuda.set_rng_state(mine["cuda"])

@@ -1,0 +1,105 @@
+"""notebooks/train_addition.py under torchrun: 1 and 2 ranks at the same global batch are the same run (to
+float rounding); stopped mid-epoch and resumed, a run ends bit-identical to an uninterrupted one; bad
+arguments fail fast, saying which argument is wrong."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from dpedu.runtime.commands import run_together
+from dpedu.runtime.rendezvous import loopback_interface
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+# CPU ranks with one thread each, talking over loopback, as in lesson 03; no progress bar.
+ENV = {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "DPEDU_QUIET": "1",
+       **({"GLOO_SOCKET_IFNAME": lo} if (lo := loopback_interface()) else {})}
+SHORT = ["--steps", "150", "--warmup", "20", "--train-examples", "2000"]  # 31 steps per epoch of 64 examples
+
+
+def torchrun(ranks: int, *arguments: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
+            "train_addition.py", *arguments]
+
+
+def summary(finished) -> dict:
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    return json.loads(finished.stdout.splitlines()[-1])
+
+
+def test_one_and_two_ranks_at_the_same_global_batch_are_the_same_run():
+    one, two = (summary(f) for f in run_together([torchrun(1, *SHORT), torchrun(2, *SHORT)], timeout=120,
+                                                 cwd=str(NOTEBOOKS), env=ENV))
+    assert (one["world_size"], two["world_size"], two["micro_batch"], two["backend"]) == (1, 2, 32, "gloo")
+    assert len(one["losses"]) == len(two["losses"]) == 150 and two["replicas_identical"]
+    # The same examples at every step; only the order of float additions differs (one rank's batch mean
+    # against the average of two half-batch means). The losses agree within 1e-6 for ~90 steps, then Adam
+    # amplifies the rounding: measured at 150 steps, losses within 7e-5, checksums (~315) within 1e-3. Far
+    # longer runs drift apart for good (1,000 steps: checksums differ by ~2 %) yet learn alike.
+    assert max(abs(a - b) for a, b in zip(one["losses"], two["losses"], strict=True)) < 1e-3
+    assert max(abs(a - b) for a, b in zip(one["losses"][:50], two["losses"][:50], strict=True)) < 1e-5
+    assert abs(one["checksum"] - two["checksum"]) < 1e-2
+    assert one["losses"][-1] < 0.8 * one["losses"][0]  # it learns (the full default run reaches ~100 %)
+
+
+def test_a_run_stopped_mid_epoch_and_resumed_ends_bit_identical_to_an_uninterrupted_one(tmp_path):
+    # Dropout and accumulation make the random states and no_sync part of what must survive the restart.
+    run = [*SHORT, "--dropout", "0.1", "--accumulate", "2", "--checkpoint-every", "40"]
+    stopped, whole = (torchrun(2, *run, "--checkpoint", str(tmp_path / name), *extra)
+                      for name, extra in (("stopped.pt", ["--stop-after-step", "100"]), ("whole.pt", [])))
+    first, uninterrupted = run_together([stopped, whole], timeout=120, cwd=str(NOTEBOOKS), env=ENV)
+    # Stopped after step 100 "as if killed": the last checkpoint is step 80, epoch 2 at step 18 of 31.
+    assert summary(first) == {"stopped_after_step": 100, "checkpoint_step": 80}
+    checkpoint = torch.load(tmp_path / "stopped.pt", weights_only=True)
+    assert (checkpoint["step"], checkpoint["epoch"], checkpoint["position"]) == (80, 2, 18)
+    (resumed,) = run_together([torchrun(2, *run, "--checkpoint", str(tmp_path / "stopped.pt"), "--resume")],
+                              timeout=120, cwd=str(NOTEBOOKS), env=ENV)
+    resumed, uninterrupted = summary(resumed), summary(uninterrupted)
+    assert resumed["resumed_from_step"] == 80 and uninterrupted["resumed_from_step"] == 0
+    assert resumed["losses"] == uninterrupted["losses"] and resumed["checksum"] == uninterrupted["checksum"]
+    a, b = (torch.load(tmp_path / name, weights_only=True) for name in ("stopped.pt", "whole.pt"))
+    assert a["step"] == b["step"] == 150
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in b["model"])
+    assert a["optimizer"]["state"].keys() == b["optimizer"]["state"].keys()
+    assert all(torch.equal(a["optimizer"]["state"][i]["exp_avg_sq"], b["optimizer"]["state"][i]["exp_avg_sq"])
+               for i in b["optimizer"]["state"])
+
+
+def test_a_global_batch_the_ranks_cannot_split_and_a_missing_checkpoint_fail_with_clear_errors(tmp_path):
+    bad_batch, no_checkpoint = run_together(
+        [torchrun(2, "--global-batch", "63"), torchrun(1, "--resume", "--checkpoint", str(tmp_path / "none.pt"))],
+        timeout=120, cwd=str(NOTEBOOKS), env=ENV)
+    assert bad_batch.returncode != 0
+    assert "--global-batch 63 must be a multiple of ranks x --accumulate = 2 x 1 = 2" in bad_batch.stderr
+    assert no_checkpoint.returncode != 0 and "there is no checkpoint at" in no_checkpoint.stderr
+
+
+def script():
+    spec = importlib.util.spec_from_file_location("train_addition", NOTEBOOKS / "train_addition.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    (["--steps", "0"], "--steps must be >= 1, got 0"),
+    (["--warmup", "1000"], "--warmup must be smaller than --steps, got 1000 >= 1000"),
+    (["--resume"], "--resume and --checkpoint-every need --checkpoint FILE"),
+    (["--stop-after-step", "1000"], "--stop-after-step must be from 1 to --steps - 1 = 999"),
+    (["--precision", "half"], "argument --precision: invalid choice: 'half'"),
+])
+def test_bad_arguments_are_refused_before_any_rank_starts(arguments, message, capsys):
+    with pytest.raises(SystemExit) as exit:
+        script().arguments(arguments)
+    assert exit.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_float16_is_refused_on_the_cpu():
+    from dpedu.training_run.step import resolve_precision
+    assert resolve_precision("auto", torch.device("cpu")) == "float32"
+    assert resolve_precision("auto", torch.device("cuda", 0)) == "float16"
+    with pytest.raises(ValueError, match="--precision float16 needs CUDA"):
+        resolve_precision("float16", torch.device("cpu"))
