@@ -5,7 +5,7 @@
 Two cases, each with 4 ranks: every rank hangs and launch's timeout (1 s) stops them ("timeout"),
 and Ctrl-C arrives 0.2 s after the call, while spawned ranks are still importing torch ("Ctrl-C").
 It prints the median time from the call to the exception, and checks after each run that no child
-process is left. The guarantee (README): back within the timeout plus a few seconds, nothing left.
+process is left. The guarantee (CONTRIBUTING.md): back within the timeout plus a few seconds, nothing left.
 """
 
 import argparse

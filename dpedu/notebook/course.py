@@ -123,3 +123,8 @@ def _wrap(title: str, width: int = 22) -> str:
             line = f"{line} {word}".strip()
     return "\n".join(lines + [line])
 
+
+
+if __name__ == "__main__":  # the README's study times: python -m dpedu.notebook.course
+    for notebook in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
+        print(f"{notebook.stem}: {study_minutes(notebook)} min")

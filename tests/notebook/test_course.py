@@ -1,4 +1,5 @@
 import json
+import re
 from pathlib import Path
 
 import matplotlib
@@ -70,3 +71,14 @@ def test_study_time_grows_with_prose_and_code(tmp_path):
     assert study_minutes(notebook(3000, 240)) == 50 and study_minutes(notebook(10, 1)) == 5
     with pytest.raises(ValueError, match="notebook"):
         study_minutes(tmp_path / "missing.ipynb")
+
+
+def test_readme_lists_every_lesson_with_its_study_time():
+    readme = (ROOT / "README.md").read_text()
+    rows = re.findall(r"^\| `(\d\d_\w+)` \| .+ \| (\d+) min \|$", readme, re.M)
+    assert [name for name, _ in rows] == sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    stale = {name: (int(minutes), study_minutes(ROOT / "notebooks" / f"{name}.ipynb")) for name, minutes in rows}
+    stale = {name: pair for name, pair in stale.items() if pair[0] != pair[1]}
+    assert not stale, f"README's study times (stated, now) are out of date: {stale}; `python -m dpedu.notebook.course`"
+    hours = round(sum(int(minutes) for _, minutes in rows) / 60)
+    assert f"about {hours} hours for the whole course" in readme
