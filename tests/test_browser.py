@@ -9,7 +9,8 @@ One lab session serves every notebook; the server, its kernels (and their ranks)
 stopped and reaped whatever happens. On failure a screenshot lands in ``.browser-failures/``.
 
 Needs Chromium: ``.ci/run`` installs Debian's package when it runs as root; elsewhere install
-Chromium (or run ``playwright install chromium``), or the test is skipped, saying so.
+Chromium, or point ``DPEDU_CHROMIUM`` at a Chromium binary (such as the one ``playwright install
+chromium`` downloads); without one the test is skipped, saying so.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ RUN_LIMIT = 150.0  # seconds for "Run All" of one notebook on 2 cores
 REDRAW_LIMIT = 2.0  # seconds from a slider move to the new plot
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium: install it (Debian: apt-get install "
-                                                        "chromium) or run `playwright install chromium`")
+                                                        "chromium) or set DPEDU_CHROMIUM to a Chromium binary")
 
 # Every cell in the page (no windowing), so that every prompt can be read; no news fetched from outside.
 LAB_SETTINGS = {

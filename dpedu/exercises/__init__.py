@@ -1,6 +1,6 @@
 """Checks for the exercises at the end of each lesson, one module per lesson (``lesson00`` ...).
 
-Each check computes the right answer itself (by running the experiment, not from a stored number),
+Each check computes the right answer itself (by formula or by running the experiment, never from a stored number),
 prints whether the learner's answer agrees or what to look at, and returns True or False.
 ``answers`` holds a model answer or a rubric for every exercise, printed only on request:
 ``from dpedu.exercises.answers import answer; answer(3, 2)``.
