@@ -45,7 +45,7 @@ def replicas_identical(model: nn.Module) -> bool:
 def random_states() -> list[dict[str, torch.Tensor]]:
     """Every rank's torch random state (CPU, and this rank's GPU when it uses one), in rank order, on every rank."""
     mine = {"cpu": torch.get_rng_state()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    if torch.cuda.is_initialized():  # never is_available(): it would initialise CUDA where nothing else did
         mine["cuda"] = torch.cuda.get_rng_state()
     everyone: list = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, mine)
