@@ -37,6 +37,11 @@ def timing_model(seed: int = 0) -> nn.Sequential:
     return nn.Sequential(*layers, nn.Linear(widths[-1], 10))
 
 
+def _check_versions(versions: Sequence[str]) -> None:
+    if isinstance(versions, str) or not set(versions) <= set(VERSIONS) or not versions:
+        raise ValueError(f"versions must be a list of some of {VERSIONS}, got {versions!r}")
+
+
 def _wrap(version: str, model: nn.Module, bucket_cap_mb: float | None) -> nn.Module:
     """``model`` wrapped as ``version``; ``bucket_cap_mb=None`` leaves each wrapper its own default."""
     if version == "torch DDP":
@@ -57,8 +62,7 @@ def step_times(versions: Sequence[str] = VERSIONS, *, steps: int = 10, batch_siz
     ``communication`` [(start, end), ...] (buckets in order; for "per parameter", the loop of all-reduces
     after backward; for torch DDP, empty: its buckets travel inside torch's C++ reducer); and ``seconds``,
     every timed step's seconds, round by round (the versions took their steps in turn)."""
-    if isinstance(versions, str) or not set(versions) <= set(VERSIONS) or not versions:
-        raise ValueError(f"versions must be a list of some of {VERSIONS}, got {versions!r}")
+    _check_versions(versions)
     whole("steps", steps)
     whole("batch_size", batch_size)
     whole("warmup", warmup, minimum=0)
@@ -104,8 +108,7 @@ def all_reduce_sizes(versions: Sequence[str] = VERSIONS, *, steps: int = 3, buck
     rank started, in order (counted with ``bytes_sent``, which sees torch DDP's C++ reducer too; counting
     waits for each all-reduce, so nothing here is timed). Other collectives (DDP's broadcasts) are left out.
     ``bucket_cap_mb=None`` leaves each wrapper its default (torch DDP's differs from an explicit 25)."""
-    if isinstance(versions, str) or not set(versions) <= set(VERSIONS) or not versions:
-        raise ValueError(f"versions must be a list of some of {VERSIONS}, got {versions!r}")
+    _check_versions(versions)
     whole("steps", steps)
     whole("batch_size", batch_size)
     if bucket_cap_mb is not None:
