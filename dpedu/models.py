@@ -1,7 +1,8 @@
-"""The course's small models, built from a seed so that every run starts from the same weights, and a
-comparison of two sets of parameters (lessons 02, 03, 07 check "the same model" with it).
+"""The course's small models, built from a seed so that every run starts from the same weights, and
+comparisons of parameters: between two sets (lessons 02, 03, 07 check "the same model" with it), between
+runs (a checksum) and between ranks (lessons 03 and 10, and their scripts).
 
-Used in lessons 01–07 and 09.
+Used in lessons 01–07, 09 and 10.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from dpedu._validate import whole
@@ -54,3 +56,16 @@ def largest_difference(a: Mapping[str, torch.Tensor] | Iterable[torch.Tensor],
     if any(p.shape != q.shape for p, q in zip(a, b, strict=True)):
         raise ValueError("a and b must hold tensors of the same shapes, in the same order")
     return max((p.detach() - q.detach()).abs().max().item() for p, q in zip(a, b, strict=True))
+
+
+def parameter_checksum(tensors: Iterable[torch.Tensor]) -> float:
+    """The sum of every element in float64: one number to compare runs by (equal parameters, equal sums)."""
+    return sum(t.detach().double().sum().item() for t in tensors)
+
+
+def identical_on_every_rank(tensors: Iterable[torch.Tensor]) -> bool:
+    """True on every rank when all ranks hold bit-identical ``tensors`` (compared through an all-gather)."""
+    flat = torch.cat([t.detach().flatten().double() for t in tensors])  # float64 holds any float32 exactly
+    gathered = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, flat)
+    return all(torch.equal(gathered[0], other) for other in gathered[1:])

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from dpedu.datasets import diabetes, digits
-from dpedu.models import largest_difference, linear_regression, mlp
+from dpedu.models import identical_on_every_rank, largest_difference, linear_regression, mlp, parameter_checksum
 
 
 def test_datasets_are_standardised_fixed_and_labelled():
@@ -63,3 +63,26 @@ def test_largest_difference_wants_tensors_and_splits_need_examples():
         diabetes(test_fraction=0.999)  # no training example left to standardise with
     with pytest.raises(ValueError, match="test_fraction"):
         digits(test_fraction=1e-5)  # no test example
+
+
+def test_parameter_checksum_tells_runs_apart():
+    a, b = mlp(4, 3, 2, seed=0), mlp(4, 3, 2, seed=0)
+    assert parameter_checksum(a.parameters()) == parameter_checksum(b.parameters())
+    with torch.no_grad():
+        b[0].weight[0, 0] += 1e-3
+    assert parameter_checksum(b.parameters()) - parameter_checksum(a.parameters()) == pytest.approx(1e-3, rel=1e-3)
+
+
+def _replicas(nudge_rank_one: bool) -> bool:
+    import torch.distributed as dist
+    model = mlp(4, 3, 2, seed=0)
+    if nudge_rank_one and dist.get_rank() == 1:
+        with torch.no_grad():
+            model[0].weight[0, 0] = torch.nextafter(model[0].weight[0, 0], torch.tensor(1.0))  # one ulp
+    return identical_on_every_rank(model.parameters())
+
+
+def test_identical_on_every_rank_sees_one_ulp(no_leftover_processes):
+    from dpedu import launch
+    assert launch(_replicas, 2, args=(False,)) == [True, True]
+    assert launch(_replicas, 2, args=(True,)) == [False, False]

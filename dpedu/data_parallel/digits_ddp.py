@@ -27,14 +27,14 @@ from torch.utils.data.distributed import DistributedSampler
 
 from dpedu._validate import real, whole
 from dpedu.datasets import digits
-from dpedu.models import mlp
+from dpedu.models import identical_on_every_rank, mlp
+from dpedu.models import parameter_checksum as checksum_of_tensors
 
-# Why torch._dynamo is imported above: DDP's constructor imports it on first use, and an import made
-# there, while a process group exists, keeps references to the group that nothing releases (seen with
-# torch 2.13 on Python 3.11). destroy_process_group then cannot free the group, gloo's worker threads
-# outlive it, and one that is still releasing the last collective's tensors when the interpreter shuts
-# down aborts the process: "terminate called without an active exception" (pytorch/pytorch#190489).
-# Imported first, nothing leaks; and ranks forked from a notebook inherit it instead of paying ~1.4 s each.
+# Why torch._dynamo is imported above: DDP's constructor imports it on first use, and an import made there,
+# while a process group exists, keeps references to the group that nothing releases (torch 2.13, Python 3.11):
+# destroy_process_group cannot free it, gloo's worker threads outlive it, and one still releasing the last
+# collective's tensors at interpreter shutdown aborts the process: "terminate called without an active
+# exception" (pytorch/pytorch#190489). Imported first, nothing leaks; forked ranks inherit it (~1.4 s each).
 
 
 def digits_loader(batch_size: int, *, seed: int = 0, num_replicas: int | None = None,
@@ -150,12 +150,9 @@ def counting_allreduce() -> tuple[Callable, list[int]]:
 
 def parameter_checksum(state: dict[str, Any]) -> float:
     """The sum of every parameter in float64: one number that train_ddp.py prints and lessons compare."""
-    return sum(v.double().sum().item() for v in state["model"].values())
+    return checksum_of_tensors(state["model"].values())
 
 
 def same_parameters_on_every_rank(state: dict[str, Any]) -> bool:
     """True when every rank holds bit-identical parameters (compared through an all-gather)."""
-    flat = torch.cat([v.flatten().double() for v in state["model"].values()])
-    gathered = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
-    dist.all_gather(gathered, flat)
-    return all(torch.equal(gathered[0], g) for g in gathered[1:])
+    return identical_on_every_rank(state["model"].values())

@@ -15,6 +15,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from dpedu import models
+
 __all__ = ["global_mean", "parameter_checksum", "replicas_identical", "random_states", "restore_random_states"]
 
 
@@ -31,15 +33,12 @@ def global_mean(values: torch.Tensor) -> torch.Tensor:
 
 def parameter_checksum(model: nn.Module) -> float:
     """The sum of every parameter in float64: one number to compare runs by (equal parameters, equal sums)."""
-    return sum(p.detach().double().sum().item() for p in model.parameters())
+    return models.parameter_checksum(model.parameters())
 
 
 def replicas_identical(model: nn.Module) -> bool:
     """True on every rank when all ranks hold bit-identical parameters (compared through an all-gather)."""
-    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
-    gathered = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
-    dist.all_gather(gathered, flat)
-    return all(torch.equal(gathered[0], other) for other in gathered[1:])
+    return models.identical_on_every_rank(model.parameters())
 
 
 def random_states() -> list[dict[str, torch.Tensor]]:
