@@ -5,4 +5,7 @@
 - ``zero_memory``: ZeRO and FSDP2 memory per rank against DDP, with the same results.
 - ``mixed_precision``: bfloat16 autocast on CPU, float16 with loss scaling on GPU.
 - ``parallelism_plan``: which parallelism when, checked on published layouts.
+- ``recompute``: activation checkpointing under DDP, the bytes it saves and the forward it repeats.
+- ``two_d_parallel``: data × tensor parallelism on process subgroups; DDP over a module split across devices.
+- ``sharded_checkpoints``: FSDP2 models saved per rank with ``torch.distributed.checkpoint``, loaded on other ranks.
 """

@@ -6,6 +6,10 @@ computes the loss. In backward the gradient of each activation travels the other
 approximated: the same numbers are computed as in one process, only in other processes, so outputs,
 gradients and trained parameters equal the single-process model's up to float rounding. What it costs:
 while one stage works, the others wait (lesson 09 measures the timeline); ``pipeline`` fixes that.
+
+Tensor parallelism splits inside a layer instead: ``Copy`` and ``Sum`` are Megatron-LM's *f* and *g*,
+and ``megatron_mlp`` the column- then row-parallel MLP block built from them, over any process group
+(lesson 09 part 3 on all ranks, part 7 on the tensor-parallel pairs of a 2-D layout).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from torch import nn
 
 from dpedu._validate import real, tensor, whole
 
-__all__ = ["blocks", "stage_of", "regression_data", "forward_backward", "train"]
+__all__ = ["blocks", "stage_of", "regression_data", "forward_backward", "train", "Copy", "Sum", "megatron_mlp"]
 
 
 def blocks(width: int = 16, depth: int = 4, seed: int = 0) -> nn.Sequential:
@@ -114,3 +118,46 @@ def train(*, steps: int, lr: float, batch: int = 32, width: int = 16, depth: int
             F.mse_loss(stage(x), y).backward()
         optimizer.step()
     return {name: p.detach().clone() for name, p in stage.named_parameters()}  # a slice keeps the block numbers
+
+
+class Copy(torch.autograd.Function):  # f: identity forward, all-reduce of the input's gradient backward
+    """Megatron's *f*: the identity in forward; in backward, the all-reduce over ``group`` (None: every
+    rank) of the gradient of its input, each rank's part of which is partial. Appends "backward" to
+    ``log`` (a list, or None) for each all-reduce."""
+
+    @staticmethod
+    def forward(ctx, x, group=None, log=None):
+        ctx.group, ctx.log = group, log
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _all_reduce(grad.clone(), "backward", ctx.group, ctx.log), None, None
+
+
+class Sum(torch.autograd.Function):  # g: all-reduce of the partial outputs forward, identity backward
+    """Megatron's *g*: the all-reduce over ``group`` of the ranks' partial outputs in forward; the
+    identity in backward. Appends "forward" to ``log`` for each all-reduce."""
+
+    @staticmethod
+    def forward(ctx, partial, group=None, log=None):
+        return _all_reduce(partial.clone(), "forward", group, log)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None, None
+
+
+def _all_reduce(tensor: torch.Tensor, when: str, group, log: list | None) -> torch.Tensor:
+    if log is not None:
+        log.append(when)
+    dist.all_reduce(tensor, group=group)
+    return tensor
+
+
+def megatron_mlp(x: torch.Tensor, A_r: torch.Tensor, B_r: torch.Tensor, group=None,
+                 log: list | None = None) -> torch.Tensor:
+    """GeLU(x A) B from this rank's column slice ``A_r`` of A and row slice ``B_r`` of B: every rank of
+    ``group`` gets the whole output, with one all-reduce in forward and one in backward (if ``x``
+    needs a gradient). Equal to the unsplit block up to float rounding."""
+    return Sum.apply(F.gelu(Copy.apply(x, group, log) @ A_r) @ B_r, group, log)

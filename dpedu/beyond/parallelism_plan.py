@@ -37,7 +37,8 @@ from typing import NamedTuple
 from dpedu._validate import real, whole
 from dpedu.beyond.zero_memory import PRECISIONS, model_state_bytes
 
-__all__ = ["GB", "GIB", "transformer_activation_bytes", "Transformer", "Option", "layout", "options", "recommend"]
+__all__ = ["GB", "GIB", "transformer_activation_bytes", "kept_activation_bytes", "Transformer", "Option", "layout",
+           "options", "recommend"]
 
 GB = 1e9  # the papers' gigabytes
 GIB = 2**30  # GPUs' memory is binary: a "32 GB" V100 has 32 GiB, an "80 GB" H100 80 GiB
@@ -64,9 +65,17 @@ def transformer_activation_bytes(*, layers: int, sequence: int, micro_batch: int
     scores = 0 if flash_attention or recompute == "selective" else 5 * a * s / h
     split = sequence_parallel or t == 1
     one_layer = s * b * h * ((34 + scores) / t if split else 10 + (24 + scores) / t)
-    if recompute == "full":
-        return layers * 2 * s * b * h / (t if split else 1) + one_layer
-    return layers * one_layer
+    return kept_activation_bytes(layers, one_layer, 2 * s * b * h / (t if split else 1), full=recompute == "full")
+
+
+def kept_activation_bytes(layers: int, layer_bytes: float, input_bytes: float, *, full: bool) -> float:
+    """The recomputation rule, for any stack of equal layers: without, every layer's ``layer_bytes`` are
+    kept from forward to backward; with full recomputation only each layer's ``input_bytes``, plus one
+    layer's ``layer_bytes`` again while that layer is recomputed in backward."""
+    whole("layers", layers)
+    real("layer_bytes", layer_bytes, at_least=0)
+    real("input_bytes", input_bytes, at_least=0)
+    return layers * input_bytes + layer_bytes if full else layers * layer_bytes
 
 
 class Transformer(NamedTuple):

@@ -40,7 +40,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from dpedu._validate import real, whole
 from dpedu.runtime.traffic import bytes_sent
 
-__all__ = ["model_state_bytes", "held_bytes", "tanh_mlp", "train", "KINDS", "PRECISIONS"]
+__all__ = ["model_state_bytes", "held_bytes", "tanh_mlp", "train", "shard_layers", "KINDS", "PRECISIONS"]
 
 KINDS = ("ddp", "zero1", "fsdp")
 # bytes per parameter of weights, gradients and optimizer state (Adam: fp32 master copy if any, 2 moments)
@@ -101,28 +101,31 @@ def _batch(rank: int, step: int, size: int = 8) -> tuple[torch.Tensor, torch.Ten
 def train(kind: str, *, steps: int, lr: float = 1e-2, device: str | torch.device = "cpu",
           bucket_view: bool = True) -> dict:
     """Inside ranks: train ``tanh_mlp()`` with Adam for ``steps`` steps under ``kind`` ("ddp", "zero1" or
-    "fsdp"), each rank on its own batches, on ``device`` (the CPU, or this rank's GPU under nccl).
+    "fsdp"; or "hsdp": FSDP2 on a 2-D mesh, rows of 2 ranks, lesson 09 part 7), each rank on its own
+    batches, on ``device`` (the CPU, or this rank's GPU under nccl).
     Returns the whole trained parameters (on the CPU), the bytes this rank holds after the last step
     (``held_bytes``), what its collectives sent in the last step, by kind (``traffic``, from
     ``bytes_sent``), for ZeRO-1 the shapes of the parameters whose optimizer state this rank owns, and, for
     DDP and ZeRO-1, ``bucket_copy``: the bytes of DDP's gradient buckets that are not also the parameters'
     ``.grad`` (0 with ``bucket_view``, DDP's ``gradient_as_bucket_view``; all the gradients' bytes without)."""
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    if kind not in KINDS + ("hsdp",):
+        raise ValueError(f"kind must be one of {KINDS + ('hsdp',)}, got {kind!r}")
     if not isinstance(bucket_view, bool):
         raise TypeError(f"bucket_view must be True or False, got {bucket_view!r}")
     whole("steps", steps)
     real("lr", lr, above=0)
     device = torch.device(device)
     model, owned, buckets = tanh_mlp().to(device), None, {}
-    if kind == "fsdp":
+    if kind in ("fsdp", "hsdp"):
         # The mesh names the device the ranks use. Left out, FSDP2 builds one on the accelerator torch was
         # *built* for: "cuda" on PyPI's default Linux build even without a GPU, so CPU ranks would fail.
-        mesh = init_device_mesh(device.type, (dist.get_world_size(),))
-        for layer in model:
-            if isinstance(layer, nn.Linear):
-                fully_shard(layer, mesh=mesh)  # each layer's parameters all-gathered just for its forward and backward
-        fully_shard(model, mesh=mesh)
+        # HSDP: a 2-D mesh, replicated across its rows (dim 0), sharded within each row of 2 (dim 1).
+        world = dist.get_world_size()
+        if kind == "hsdp" and world % 2:
+            raise ValueError(f"hsdp needs an even number of ranks, got {world}")
+        mesh = (init_device_mesh(device.type, (world,)) if kind == "fsdp" else
+                init_device_mesh(device.type, (world // 2, 2), mesh_dim_names=("replicate", "shard")))
+        shard_layers(model, mesh)
         wrapped, optimizer = model, torch.optim.Adam(model.parameters(), lr=lr)
     else:  # with bucket_view, gradients are views of DDP's buckets: else DDP keeps a second copy of each
         wrapped = DDP(model, gradient_as_bucket_view=bucket_view)
@@ -142,10 +145,19 @@ def train(kind: str, *, steps: int, lr: float = 1e-2, device: str | torch.device
     held = held_bytes(model, optimizer)
     params = [(p.full_tensor() if isinstance(p, DTensor) else p.detach()).cpu().clone() for p in model.parameters()]
     copy = None
-    if kind != "fsdp":  # (an FSDP gradient is a DTensor, and FSDP has no DDP buckets)
+    if kind in ("ddp", "zero1"):  # (an FSDP gradient is a DTensor, and FSDP has no DDP buckets)
         grads = {p.grad.untyped_storage().data_ptr() for p in model.parameters() if p.grad is not None}
         copy = sum(n for ptr, n in buckets.items() if ptr not in grads)
     return {"params": params, "held": held, "traffic": sent.by_kind(), "owned": owned, "bucket_copy": copy}
+
+
+def shard_layers(model: nn.Sequential, mesh) -> nn.Sequential:
+    """FSDP2 on ``mesh``: each Linear its own unit (all-gathered just for its forward and backward),
+    then the whole model (the rest)."""
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    return fully_shard(model, mesh=mesh)
 
 
 def _seen_bucket(seen, bucket):  # no annotations: DDP checks them, and this module's are strings

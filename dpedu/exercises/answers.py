@@ -50,6 +50,8 @@ VALUES: dict[tuple[int, int], object] = {
     (9, 2): {"1f1b": 3, "gpipe": 8},
     (9, 3): 37.375,
     (9, 4): {3e-8: True, 2e-8: False},
+    (9, 7): 15.0,
+    (9, 8): 12 * 512 * 128 * 4,
 }
 
 
@@ -390,6 +392,20 @@ columns need every hidden unit), and GeLU after it is not linear, so the partial
 of the first block cannot go. In backward the first block's row-split B needs the whole gradient of h, but
 each rank only has its part from its own columns of A: f of the second block adds them. A transformer layer
 (attention + MLP, both built this way) therefore costs 2 all-reduces in forward and 2 in backward."""),
+    (9, 7): (VALUE, f"""
+HSDP shards every byte over its group of 8 and keeps one copy per group: 16 · 7.5e9/8 = {VALUES[9, 7]} GB per
+GPU, whatever the byte layout (4 + 4 + 8 also adds up to 16) and however many groups there are (check:
+lesson09.hsdp_gigabytes(7.5e9, 8, 15, "autocast")). FSDP over all 64: 16 · 7.5e9/64 = 1.875 GB. What HSDP buys
+for the 8 times more memory: its all-gathers and reduce-scatters stay inside a node, and only an all-reduce
+of each GPU's gradient shard (4 · 7.5e9/8 bytes with float32 gradients) crosses between nodes."""),
+    (9, 8): (VALUE, f"""
+Each checkpointed block keeps its input, 512 · 128 float32 values: 12 · 512 · 128 · 4 = {VALUES[9, 8]:,} bytes
+(check: lesson09.kept_with_checkpointing(12, 128, 512, {VALUES[9, 8]})); without checkpointing 9 times that,
+{9 * VALUES[9, 8]:,} bytes (input, 4w before GELU and 4w after, per block: part 7 measured it on 4 blocks).
+Checkpointing pairs of blocks keeps 6 inputs, half as much, but recomputes 2 blocks at once in backward, so
+the peak grows by one block's activations: the segment length trades the inputs kept against the
+activations recomputed at once: with segments of k blocks, L/k inputs plus k blocks' activations, least
+near k = √(L/9) here (Chen et al. 2016, arXiv:1604.06174: segments of about √L blocks)."""),
 }
 
 

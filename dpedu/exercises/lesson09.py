@@ -1,4 +1,5 @@
-"""Checks for lesson 09's exercises: the bubble, 1F1B's memory, ZeRO's bytes, and float16's range."""
+"""Checks for lesson 09's exercises: the bubble, 1F1B's memory, ZeRO's and HSDP's bytes, float16's range and
+what activation checkpointing keeps."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import math
 import torch
 
 from dpedu._validate import real, whole
+from dpedu.beyond.parallelism_plan import kept_activation_bytes
 from dpedu.beyond.pipeline import bubble_fraction, peak_in_flight, schedule
 from dpedu.beyond.zero_memory import PRECISIONS, model_state_bytes
 from dpedu.exercises import close, verdict
@@ -64,3 +66,30 @@ def survives_float16(value: float, answer: bool) -> bool:
     return verdict(answer == truth, "float16's smallest positive (subnormal) value is 2^-24, about 6.0e-8; "
                                     "a value at or below half of it rounds to 0; its largest is 65504, and "
                                     "from 65520 on a value overflows to inf")
+
+
+def hsdp_gigabytes(params: float, shard_size: int, answer: float, precision: str = "apex") -> bool:
+    """How many GB (1e9 bytes) of model states does each GPU hold under HSDP that shards ``params``
+    parameters (mixed-precision Adam, ``precision``'s byte layout) within groups of ``shard_size`` GPUs
+    and replicates across the groups (within 1 %)?"""
+    real("params", params, above=0)
+    whole("shard_size", shard_size)
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {tuple(PRECISIONS)}, got {precision!r}")
+    truth = model_state_bytes(params, shard_size, 3, **PRECISIONS[precision])["total"] / 1e9
+    _number(answer)
+    return verdict(close(answer, truth, 0.01), "HSDP is FSDP within one group: over how many GPUs is each "
+                                               "byte sharded, and does the number of groups matter?")
+
+
+def kept_with_checkpointing(blocks: int, width: int, batch: int, answer: int) -> bool:
+    """How many bytes does autograd keep from forward to backward for ``blocks`` of lesson 09 part 7's
+    float32 MLP blocks (Linear(w, 4w), GELU, Linear(4w, w)) on a batch of ``batch``, each block
+    checkpointed (the loss and the block being recomputed left out)?"""
+    whole("blocks", blocks)
+    whole("width", width)
+    whole("batch", batch)
+    truth = kept_activation_bytes(blocks, 0, batch * width * 4, full=True)
+    _number(answer)
+    return verdict(answer == truth, "a checkpointed block keeps only its input: how many float32 values is "
+                                    "that, and how many blocks are there?")

@@ -120,3 +120,21 @@ def test_tensor_parallelism_splits_all_activations_only_with_sequence_parallelis
 def test_bad_arguments_are_refused_by_name(call, error, name):
     with pytest.raises(error, match=name):
         call()
+
+
+def test_recomputation_rule_keeps_layer_inputs_plus_one_layer():
+    assert plan.kept_activation_bytes(4, 90, 10, full=False) == 360
+    assert plan.kept_activation_bytes(4, 90, 10, full=True) == 4 * 10 + 90
+    shape = {"layers": 3, "sequence": 2, "micro_batch": 1, "hidden": 4, "heads": 2, "flash_attention": True}
+    none, full = (plan.transformer_activation_bytes(**shape, recompute=r) for r in ("none", "full"))
+    assert none == 3 * 8 * 34 and full == 3 * 2 * 8 + 8 * 34  # a layer's input is 2·s·b·h of its 34·s·b·h
+
+
+@pytest.mark.parametrize(("call", "name"), [
+    (lambda: plan.kept_activation_bytes(0, 1, 1, full=True), "layers"),
+    (lambda: plan.kept_activation_bytes(1, -1, 1, full=True), "layer_bytes"),
+    (lambda: plan.kept_activation_bytes(1, 1, -1, full=True), "input_bytes"),
+])
+def test_recomputation_rule_refuses_bad_arguments_by_name(call, name):
+    with pytest.raises(ValueError, match=name):
+        call()

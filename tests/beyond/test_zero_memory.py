@@ -98,3 +98,22 @@ def test_fsdp_shards_on_the_ranks_device_even_where_torch_was_built_for_cuda(mon
     reference = launch(lambda: zm.train("ddp", steps=2), 2, start_method="fork")
     for got, want in zip(runs[0]["params"], reference[0]["params"], strict=True):
         torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_hsdp_on_a_2_by_2_mesh_holds_half_shards_and_trains_ddps_parameters():
+    hsdp = launch(lambda: zm.train("hsdp", steps=3), 4)
+    ddp = launch(lambda: zm.train("ddp", steps=3), 4)
+    formula = zm.model_state_bytes(PSI, 2, 3, **FP32)  # sharded within rows of 2, replicated across rows
+    assert all(r["held"] == {k: formula[k] for k in r["held"]} for r in hsdp)
+    # all-gathers and the reduce-scatter within a row, one all-reduce of the gradient shards across the rows
+    assert all(r["traffic"] == {"all_gather": 4 * PSI, "reduce_scatter": 4 * PSI, "all_reduce": 2 * PSI} for r in hsdp)
+    for rank in hsdp:
+        for got, want in zip(rank["params"], ddp[0]["params"], strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_hsdp_needs_an_even_number_of_ranks():
+    from dpedu import RankFailedError
+
+    with pytest.raises(RankFailedError, match="hsdp needs an even number of ranks, got 3"):
+        launch(lambda: zm.train("hsdp", steps=1), 3)

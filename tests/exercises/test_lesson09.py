@@ -48,3 +48,25 @@ def test_survives_float16_check():
 def test_bad_arguments_are_refused_by_name(call, error, name):
     with pytest.raises(error, match=name):
         call()
+
+
+def test_hsdp_gigabytes_check():
+    assert lesson09.hsdp_gigabytes(7.5e9, 8, 15, "autocast") and lesson09.hsdp_gigabytes(7.5e9, 8, 15)
+    assert not lesson09.hsdp_gigabytes(7.5e9, 8, 1.875, "autocast")  # FSDP over all 64, not HSDP
+
+
+def test_kept_with_checkpointing_check():
+    assert lesson09.kept_with_checkpointing(12, 128, 512, 12 * 512 * 128 * 4)
+    assert not lesson09.kept_with_checkpointing(12, 128, 512, 9 * 12 * 512 * 128 * 4)
+
+
+@pytest.mark.parametrize(("call", "error", "name"), [
+    (lambda: lesson09.hsdp_gigabytes(7.5e9, 0, 15), ValueError, "shard_size"),
+    (lambda: lesson09.hsdp_gigabytes(7.5e9, 8, 15, "fp8"), ValueError, "precision"),
+    (lambda: lesson09.hsdp_gigabytes(7.5e9, 8, "15"), TypeError, "answer must be a number"),
+    (lambda: lesson09.kept_with_checkpointing(0, 128, 512, 1), ValueError, "blocks"),
+    (lambda: lesson09.kept_with_checkpointing(12, 128, 512, None), TypeError, "answer must be a number"),
+])
+def test_new_checks_refuse_bad_arguments_by_name(call, error, name):
+    with pytest.raises(error, match=name):
+        call()

@@ -1,0 +1,156 @@
+"""Data parallelism combined with model parallelism: process subgroups, and DDP over a split module.
+
+With t-way tensor parallelism on N ranks, rank r belongs to two groups: its tensor-parallel group (the
+t ranks of the same r // t, which split every layer and all-reduce activations inside it) and its
+data-parallel group (the N/t ranks of the same r % t, which hold the same slices, see different data
+and average their gradients). ``subgroups`` builds both with ``dist.new_group``; ``train_dp_tp`` trains
+Megatron's MLP block that way, DDP averaging over the data-parallel group only, and equals one process
+training the whole block on the global batch.
+
+A module split across *devices* (pipeline-style, half on one GPU, half on another) is wrapped in DDP
+with ``device_ids=None``: each rank owns its own devices, disjoint from every other rank's
+(``split_devices``). Used in lesson 09 (part 7).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from dpedu._validate import real, whole
+from dpedu.beyond.model_parallel import megatron_mlp
+
+__all__ = ["subgroups", "TensorParallelMLP", "mlp_problem", "train_dp_tp", "train_whole_mlp",
+           "split_devices", "TwoDeviceMLP", "train_split", "split_batch"]
+
+
+def subgroups(tensor_parallel: int) -> tuple[dist.ProcessGroup, dist.ProcessGroup]:
+    """This rank's tensor-parallel group (ranks with the same r // t) and data-parallel group (the same
+    r % t). ``new_group`` is collective: every rank creates every group, in the same order."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    t = whole("tensor_parallel", tensor_parallel, maximum=world)
+    if world % t:
+        raise ValueError(f"tensor_parallel must divide the world size {world}, got {t}")
+    tp = dp = None
+    for first in range(0, world, t):  # [0, 1], [2, 3]: each splits the layers of one replica
+        group = dist.new_group(list(range(first, first + t)))
+        tp = group if rank // t == first // t else tp
+    for offset in range(t):  # [0, 2], [1, 3]: the ranks holding the same slices
+        group = dist.new_group(list(range(offset, world, t)))
+        dp = group if rank % t == offset else dp
+    return tp, dp
+
+
+class TensorParallelMLP(nn.Module):
+    """This rank's column slice of A and row slice of B of the block GeLU(x A) B, split over ``group``."""
+
+    def __init__(self, A: torch.Tensor, B: torch.Tensor, group: dist.ProcessGroup):
+        super().__init__()
+        t, r = dist.get_world_size(group), dist.get_rank(group)
+        self.A = nn.Parameter(A.chunk(t, dim=1)[r].clone())
+        self.B = nn.Parameter(B.chunk(t, dim=0)[r].clone())
+        self.group, self.log = group, []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return megatron_mlp(x, self.A, self.B, self.group, self.log)
+
+
+def mlp_problem(width: int = 16, batch: int = 16, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """A global batch ``x``, targets ``y`` (batch, width), and initial weights A (width, 4 width), B."""
+    whole("width", width)
+    whole("batch", batch)
+    generator = torch.Generator().manual_seed(seed)
+    x, y = torch.randn(batch, width, generator=generator), torch.randn(batch, width, generator=generator)
+    A = torch.randn(width, 4 * width, generator=generator) / width ** 0.5
+    B = torch.randn(4 * width, width, generator=generator) / (4 * width) ** 0.5
+    return x, y, A, B
+
+
+def train_dp_tp(*, steps: int, lr: float, tensor_parallel: int = 2) -> dict:
+    """Inside ranks: SGD on ``mlp_problem()``, each layer split ``tensor_parallel`` ways, each
+    data-parallel replica on its share of the global batch, DDP averaging gradients over the
+    data-parallel group only. Returns this rank's trained slices, both groups' ranks and the
+    tensor-parallel all-reduces of the last step."""
+    whole("steps", steps)
+    real("lr", lr, above=0)
+    tp, dp = subgroups(tensor_parallel)
+    x, y, A, B = mlp_problem()
+    model = DDP(TensorParallelMLP(A, B, tp), process_group=dp)  # averages over the replicas, not the slices
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    share = slice(dist.get_rank(dp) * len(x) // dist.get_world_size(dp),
+                  (dist.get_rank(dp) + 1) * len(x) // dist.get_world_size(dp))
+    for _ in range(steps):
+        model.module.log.clear()
+        optimizer.zero_grad()
+        F.mse_loss(model(x[share]), y[share]).backward()
+        optimizer.step()
+    return {"A": model.module.A.detach().clone(), "B": model.module.B.detach().clone(),
+            "tp_ranks": dist.get_process_group_ranks(tp), "dp_ranks": dist.get_process_group_ranks(dp),
+            "tp_all_reduces": list(model.module.log)}
+
+
+def train_whole_mlp(*, steps: int, lr: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """One process: the same SGD on the whole block and the global batch; returns the trained A, B."""
+    whole("steps", steps)
+    real("lr", lr, above=0)
+    x, y, A, B = mlp_problem()
+    A, B = A.clone().requires_grad_(), B.clone().requires_grad_()
+    optimizer = torch.optim.SGD([A, B], lr=lr)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        F.mse_loss(F.gelu(x @ A) @ B, y).backward()
+        optimizer.step()
+    return A.detach(), B.detach()
+
+
+def split_devices(rank: int, world_size: int, gpus: int) -> tuple[torch.device, torch.device]:
+    """The two devices rank ``rank`` puts its two halves on: GPUs 2r and 2r + 1 where there are enough
+    GPUs, so that no two ranks share one; otherwise the CPU twice (a stand-in)."""
+    whole("world_size", world_size)
+    whole("rank", rank, minimum=0, maximum=world_size - 1)
+    whole("gpus", gpus, minimum=0)
+    if gpus >= 2 * world_size:
+        return torch.device(f"cuda:{2 * rank}"), torch.device(f"cuda:{2 * rank + 1}")
+    return torch.device("cpu"), torch.device("cpu")
+
+
+class TwoDeviceMLP(nn.Module):
+    """16 -> 32 -> 4, the first layer on ``devices[0]`` and the second on ``devices[1]``; forward moves
+    the activation between them, so the output lands on ``devices[1]``."""
+
+    def __init__(self, devices: tuple[torch.device, torch.device], seed: int = 0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.devices = devices
+        self.first = nn.Linear(16, 32).to(devices[0])
+        self.second = nn.Linear(32, 4).to(devices[1])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.second(torch.tanh(self.first(x.to(self.devices[0]))).to(self.devices[1]))
+
+
+def train_split(*, steps: int, lr: float, gpus: int = 0) -> list[torch.Tensor]:
+    """Inside ranks: DDP around this rank's ``TwoDeviceMLP`` on ``split_devices`` (GPUs 2r and 2r + 1
+    when ``gpus`` suffice, else the CPU), SGD on this rank's batch of 8. Returns the trained parameters,
+    on the CPU. DDP needs ``device_ids=None`` for a module on several devices: the module moves its own
+    inputs and activations, and every rank's devices are its own."""
+    whole("steps", steps)
+    real("lr", lr, above=0)
+    devices = split_devices(dist.get_rank(), dist.get_world_size(), gpus)
+    model = DDP(TwoDeviceMLP(devices), device_ids=None)  # not device_ids=[...]: that is for one-device modules
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    x, y = split_batch(dist.get_rank())
+    for _ in range(steps):
+        optimizer.zero_grad()
+        F.mse_loss(model(x), y.to(devices[1])).backward()
+        optimizer.step()
+    return [p.detach().cpu().clone() for p in model.parameters()]
+
+
+def split_batch(rank: int, size: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rank ``rank``'s batch for ``train_split``: inputs (size, 16) and targets (size, 4)."""
+    generator = torch.Generator().manual_seed(rank)
+    return torch.randn(size, 16, generator=generator), torch.randn(size, 4, generator=generator)

@@ -1,0 +1,47 @@
+import pytest
+import torch
+
+from dpedu import launch
+from dpedu.beyond import recompute as rc
+
+
+def _one_step(recompute, depth=3, width=8, batch=5):
+    blocks = rc.Blocks(width, depth, recompute=recompute)
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(batch, width, generator=g), torch.randn(batch, width, generator=g)
+    measured = rc.step(blocks, blocks, x, y)
+    return measured, [p.grad for p in blocks.parameters()]
+
+
+def test_checkpointing_keeps_only_each_blocks_input_runs_forward_twice_and_changes_no_gradient():
+    plain, plain_grads = _one_step(False)
+    ckpt, ckpt_grads = _one_step(True)
+    value = 4 * 5 * 8  # one (batch, width) float32 activation
+    assert plain["kept_bytes"] == 3 * 9 * value  # input, 4w before GELU, 4w after, per block
+    assert ckpt["kept_bytes"] == 3 * value
+    assert (plain["forwards"], ckpt["forwards"]) == (3, 6)
+    for a, b in zip(ckpt_grads, plain_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=0)
+
+
+def test_under_ddp_replicas_stay_identical_and_the_gradients_equal_those_without():
+    ranks = launch(lambda: {r: rc.train_ddp(r, steps=2, width=8, batch=4) for r in (False, True)}, 2)
+    for a, b in zip(ranks[0][True]["params"], ranks[1][True]["params"], strict=True):
+        assert torch.equal(a, b)
+    for a, b in zip(ranks[0][True]["grads"], ranks[0][False]["grads"], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=0)
+    assert [s["forwards"] for s in ranks[0][True]["steps"]] == [8, 8]
+
+
+@pytest.mark.parametrize(("call", "error", "name"), [
+    (lambda: rc.Blocks(8, 2, recompute="yes"), TypeError, "recompute"),
+    (lambda: rc.Blocks(0, 2, recompute=True), ValueError, "width"),
+    (lambda: rc.step(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2), torch.ones(1, 2), torch.ones(1, 2)),
+     TypeError, "blocks"),
+    (lambda: rc.step(rc.Blocks(2, 1, recompute=False), rc.Blocks(2, 1, recompute=False), torch.ones(2),
+                     torch.ones(1, 2)), ValueError, "x"),
+    (lambda: rc.train_ddp(True, steps=0), ValueError, "steps"),
+])
+def test_bad_arguments_are_refused_by_name(call, error, name):
+    with pytest.raises(error, match=name):
+        call()
