@@ -1,0 +1,158 @@
+"""Does data parallelism make lesson 10's training faster? Step times measured, and predicted at scale: lesson 10.
+
+Measured inside ranks started by ``dpedu.launch`` (every function here but the last two runs on every rank):
+- ``training_throughput``: samples per second of the real step (``step.train_step`` on the ``gpt.GPT`` of
+  ``notebooks/train_addition.py``, wrapped in DDP), warm-up steps excluded, on the CPU (gloo) or on one GPU
+  per rank (nccl);
+- ``matmul_seconds``: the time of a fixed amount of matmul work per rank, to see ranks × threads compete
+  for cores (oversubscription);
+- ``controlled_steps``: a step whose compute is a sleep of a chosen duration (a process that sleeps uses no
+  core: lesson 09's technique), followed by a real all-reduce of the gradients' size, so that the share of
+  the step spent communicating is measured without ranks competing for the cores.
+
+Predicted (plain arithmetic, any α-β model of an all-reduce's time can feed it): ``exposed_communication``,
+the part of the gradients' all-reduces that overlapping buckets with backward does not hide, and
+``scaling_efficiency``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from dpedu._validate import real, whole
+from dpedu.training_run.addition import VOCABULARY, addition_splits, sequence_length
+from dpedu.training_run.gpt import GPT
+from dpedu.training_run.step import resolve_precision, train_step
+
+__all__ = ["training_throughput", "matmul_seconds", "controlled_steps", "exposed_communication",
+           "scaling_efficiency"]
+
+
+def _device() -> torch.device:
+    """This rank's device: its GPU when the group moves CUDA tensors through nccl, else the CPU."""
+    return torch.device("cuda", torch.cuda.current_device()) if "nccl" in str(dist.get_backend()) \
+        else torch.device("cpu")
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # GPU work is asynchronous: wait for it before reading the clock
+
+
+def training_throughput(per_rank_batch: int, *, steps: int = 20, warmup: int = 5, digits: int = 2,
+                        seed: int = 0) -> dict[str, float]:
+    """On every rank: ``warmup`` untimed steps, then ``steps`` timed ones, of the training script's model and
+    step (float32 on CPUs, float16 + GradScaler on GPUs), ``per_rank_batch`` examples per rank per step.
+
+    Returns (the same on every rank, rank 0's clock) ``step_seconds``, the median time of one step (a step
+    ends with the all-reduce, so all ranks finish it together), ``samples_per_second`` = world size ×
+    ``per_rank_batch`` / ``step_seconds``, and ``parameters``. The median steps over a busy moment of a
+    shared machine that a mean would include.
+    """
+    whole("per_rank_batch", per_rank_batch)
+    whole("steps", steps)
+    whole("warmup", warmup, 0)
+    rank, world, device = dist.get_rank(), dist.get_world_size(), _device()
+    precision = resolve_precision("auto", device)
+    tokens = addition_splits(digits, train=2048, heldout=1, seed=seed).train
+    torch.manual_seed(seed)
+    model = GPT(len(VOCABULARY), sequence_length(digits) - 1).to(device)
+    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    scaler = torch.amp.GradScaler(device.type, enabled=precision == "float16")
+    seconds = []
+    for step in range(warmup + steps):
+        first = (step * world + rank) * per_rank_batch  # this rank's rows of the step, cycling through the data
+        batch = tokens[torch.arange(first, first + per_rank_batch) % len(tokens)]
+        _synchronize(device)
+        start = time.perf_counter()
+        train_step(ddp, [batch], optimizer, scaler, digits=digits, clip=1.0, precision=precision)
+        _synchronize(device)
+        seconds.append(time.perf_counter() - start)
+    step_seconds = torch.tensor(statistics.median(seconds[warmup:]), dtype=torch.float64)
+    dist.broadcast(step_seconds, src=0)  # CPU tensor: gloo, also beside nccl
+    return {"step_seconds": step_seconds.item(), "samples_per_second": world * per_rank_batch / step_seconds.item(),
+            "parameters": model.parameter_count()}
+
+
+def matmul_seconds(size: int = 256, *, repeats: int = 8, steps: int = 9) -> float:
+    """On every rank: the median time of one step of ``repeats`` (``size`` × ``size``) matmuls on every rank,
+    with the threads each rank has (``dpedu.launch(..., threads_per_rank=t)``). A step runs from a barrier to
+    the next, so it ends when the slowest rank is done: ranks that took turns on the cores (one descheduled
+    while the other ran with all of them) are counted as taking turns. The first step is a warm-up."""
+    whole("size", size)
+    whole("repeats", repeats)
+    whole("steps", steps, 2)
+    a = torch.randn(size, size, generator=torch.Generator().manual_seed(dist.get_rank()))
+    seconds = []
+    for _ in range(steps):
+        dist.barrier()
+        start = time.perf_counter()
+        b = a
+        for _ in range(repeats):
+            b = torch.tanh(b @ a)
+        dist.barrier()
+        seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds[1:])
+
+
+def controlled_steps(compute_seconds: Sequence[float], elements: int, *, steps: int = 7) -> list[tuple[float, float]]:
+    """On every rank, for each duration in ``compute_seconds``: steps made of a sleep of that duration (the
+    compute, of controlled length) then a real ``all_reduce`` of ``elements`` float32 values (the gradients).
+
+    Returns, per duration, (step seconds, all-reduce seconds) of this rank's fastest step. The fastest, as
+    lesson 04 fits the α-β model to the fastest all-reduces: what disturbs a step here (one rank woken late
+    from its sleep, another program on a core) only adds time, so the minimum is the step itself. Durations
+    take turns step by step; a barrier starts every step.
+    """
+    durations = [real("compute_seconds", s, at_least=0) for s in compute_seconds]
+    whole("elements", elements)
+    whole("steps", steps)
+    gradients = torch.ones(elements)
+    dist.all_reduce(gradients)  # the first all-reduce sets up the connections: not timed
+    timed: list[list[tuple[float, float]]] = [[] for _ in durations]
+    for _ in range(steps):
+        for index, duration in enumerate(durations):
+            dist.barrier()
+            start = time.perf_counter()
+            time.sleep(duration)  # forward and backward, of controlled length; uses no core
+            computed = time.perf_counter()
+            dist.all_reduce(gradients)
+            timed[index].append((time.perf_counter() - start, time.perf_counter() - computed))
+    return [min(ts) for ts in timed]
+
+
+def exposed_communication(bucket_seconds: Sequence[float], backward_seconds: float) -> float:
+    """Seconds the step waits for communication after backward: DDP's overlap of buckets with backward, modelled.
+
+    ``bucket_seconds[i]`` is bucket i's all-reduce time, in the order buckets fill. Backward fills them
+    evenly (bucket i of k is ready at (i + 1)/k of ``backward_seconds``), and each all-reduce starts when its
+    bucket is ready and the one before it has ended (one after the other on one link). The last bucket is
+    ready only when backward ends, so its all-reduce is never hidden; with one bucket nothing is.
+    """
+    times = [real("bucket_seconds", t, at_least=0) for t in bucket_seconds]
+    if not times:
+        raise ValueError("bucket_seconds must hold at least one bucket's time")
+    backward = real("backward_seconds", backward_seconds, at_least=0)
+    done = 0.0
+    for i, seconds in enumerate(times):
+        done = max(done, (i + 1) / len(times) * backward) + seconds
+    return done - backward
+
+
+def scaling_efficiency(compute_seconds: float, backward_seconds: float, bucket_seconds: Sequence[float]) -> float:
+    """Throughput per rank against one process: compute / (compute + exposed communication), at most 1.
+
+    Weak scaling: every rank computes ``compute_seconds`` per step (forward and backward of its own batch,
+    backward taking ``backward_seconds`` of it), as one process would alone; only the communication is added.
+    """
+    compute = real("compute_seconds", compute_seconds, above=0)
+    if backward_seconds > compute:
+        raise ValueError(f"backward_seconds ({backward_seconds}) is part of compute_seconds ({compute}): at most it")
+    return compute / (compute + exposed_communication(bucket_seconds, backward_seconds))
