@@ -35,7 +35,7 @@ from dpedu.runtime.failures import leftover_processes
 playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright (requirements.txt)")
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = sorted([*(ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"), *(ROOT / "notebooks").glob("appendix_*.ipynb")])
 SCREENSHOTS = ROOT / ".browser-failures"
 CHROMIUM = os.environ.get("DPEDU_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 RUN_LIMIT = 150.0  # seconds for "Run All" of one notebook on 2 cores
