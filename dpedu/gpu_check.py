@@ -1,11 +1,12 @@
 """The course's GPU self-check: ``./course check-gpu`` (``python -m dpedu.gpu_check``).
 
-CI has no GPU, so the GPU branches of the course (lessons 00, 02, 03, 04, 07, 09 and ``train_ddp.py``)
-are tested there only by faking what torch reports. On a machine with GPUs this module runs them for
-real, each against the CPU reference its lesson uses, one line per check: PASS or FAIL, what it measured
-against which tolerance, and its time. A failing check does not stop the next; the exit code is 1 if
-any failed. Without a GPU it says so and exits 0. ``--record`` stores what the passing checks measured in
-``notebooks/gpu_recorded.json``, which ``recorded`` reads back for a notebook's CPU path to show.
+CI has no GPU, so the GPU branches of the course (lessons 00, 02, 03, 04, 07, 09, ``train_ddp.py`` and
+lesson 10's ``train_addition.py``) are tested there only by faking what torch reports. On a machine with
+GPUs this module runs them for real, each against the CPU reference its lesson uses, one line per check:
+PASS or FAIL, what it measured against which tolerance, and its time. A failing check does not stop the
+next; the exit code is 1 if any failed. Without a GPU it says so and exits 0. ``--record`` stores what the
+passing checks measured in ``notebooks/gpu_recorded.json``, which ``recorded`` reads back for a notebook's
+CPU path to show.
 
 Order matters: this process initialises CUDA in the second check, after the environment report, and
 from then on every launch starts its ranks from the forkserver (the default with GPUs), never by fork.
@@ -150,6 +151,38 @@ def check_torchrun_train_ddp() -> str:
             f"{abs(got - want):.1e} (tolerance 1e-4; printed to 5 decimals), replicas identical")
 
 
+def train_addition_summary(stdout: str) -> dict:
+    """The JSON summary that ``notebooks/train_addition.py`` prints as the last line of rank 0's output."""
+    lines = stdout.strip().splitlines()
+    try:
+        summary = json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        summary = None
+    if not isinstance(summary, dict) or "losses" not in summary:
+        raise CheckFailed(f"train_addition.py printed no summary: {stdout[-300:]!r}")
+    return summary
+
+
+def check_torchrun_train_addition() -> str:
+    course_file("notebooks/train_addition.py")
+    ranks = min(2, start_methods.gpu_count())  # the script uses GPUs only when each local rank can have one
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "DPEDU_QUIET": "1", **on_loopback()}  # as lesson 10 runs it
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}",
+               "notebooks/train_addition.py", "--steps", "100", "--warmup", "20"]
+    run = run_together([command], timeout=300, cwd=str(ROOT), env=env)[0]  # reaps torchrun's workers too
+    expect(run.returncode == 0, f"torchrun exited {run.returncode}:\n{run.stderr[-1500:]}")
+    summary = train_addition_summary(run.stdout)
+    losses = summary["losses"]
+    expect(summary["backend"] == "cpu:gloo,cuda:nccl" and summary["device"] == "cuda",
+           f"the script ran on {summary['backend']} ({summary['device']}), not on the GPUs")
+    expect(summary["precision"] == "float16", f"precision {summary['precision']}, not auto's float16 on GPUs")
+    expect(summary["replicas_identical"], "the replicas differ after training")
+    expect(len(losses) == 100 and all(map(float.__eq__, losses, losses)), "not 100 finite global losses")
+    expect(losses[-1] < 0.8 * losses[0], f"the loss went from {losses[0]:.3f} to {losses[-1]:.3f}, not down 20 %")
+    return (f"{ranks} rank(s) on {summary['backend']}, float16 + GradScaler, 100 steps: global loss "
+            f"{losses[0]:.2f} -> {losses[-1]:.2f} (bar: down 20 %), replicas identical")
+
+
 def check_ddp_on_gpus() -> str:
     ranks = min(2, start_methods.gpu_count())
     states = launch(lambda: digits_ddp.train(steps=10, batch_size=64 // ranks, lr=0.1,
@@ -242,6 +275,7 @@ CHECKS: list[tuple[str, Check]] = [
     ("cuda-after-parent-init", check_cuda_after_parent_init),
     ("nccl-all-reduce", check_nccl_all_reduce),
     ("torchrun-train_ddp", check_torchrun_train_ddp),
+    ("torchrun-train_addition", check_torchrun_train_addition),
     ("ddp-on-gpus", check_ddp_on_gpus),
     ("data-parallel", check_data_parallel),
     ("sync-batchnorm", check_sync_batchnorm),

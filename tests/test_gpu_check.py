@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 from dpedu import gpu_check, launch
 from dpedu.runtime import start_methods
+from dpedu.runtime.commands import Finished
 from dpedu.runtime.environment import GPU, EnvironmentReport
 from dpedu.runtime.failures import RankFailedError
 
@@ -40,8 +41,9 @@ def test_help_names_the_options(capsys):
 
 def test_the_checks_run_in_the_documented_order():
     assert [name for name, _ in gpu_check.CHECKS] == [
-        "environment", "cuda-after-parent-init", "nccl-all-reduce", "torchrun-train_ddp", "ddp-on-gpus",
-        "data-parallel", "sync-batchnorm", "fsdp2", "float16-gradscaler", "notebooks"]
+        "environment", "cuda-after-parent-init", "nccl-all-reduce", "torchrun-train_ddp",
+        "torchrun-train_addition", "ddp-on-gpus", "data-parallel", "sync-batchnorm", "fsdp2", "float16-gradscaler",
+        "notebooks"]
     assert set(gpu_check.RECORDED) < {name for name, _ in gpu_check.CHECKS}
 
 
@@ -208,3 +210,39 @@ def test_a_script_check_that_runs_past_its_timeout_fails_and_leaves_nothing(fake
     line = capsys.readouterr().out.splitlines()[0]
     assert line.startswith("FAIL  torchrun-train_ddp") and "still running after timeout=1 s" in line
     assert _running_with("time.sleep(61)") == []  # the command's child was stopped with it
+
+
+def _addition_summary(**changes):
+    losses = [2.5 - 0.01 * step for step in range(100)]
+    return json.dumps({"backend": "cpu:gloo,cuda:nccl", "device": "cuda", "precision": "float16",
+                       "replicas_identical": True, "losses": losses, **changes})
+
+
+def test_train_addition_summary_is_read_from_rank_0s_last_line():
+    assert gpu_check.train_addition_summary("step 50/100: ...\n" + _addition_summary())["device"] == "cuda"
+    for printed in ("Traceback ...", "", '{"no": "losses"}'):
+        with pytest.raises(gpu_check.CheckFailed, match="printed no summary"):
+            gpu_check.train_addition_summary(printed)
+
+
+@pytest.mark.parametrize(("changes", "verdict"), [
+    ({}, "PASS  torchrun-train_addition"),
+    ({"backend": "gloo", "device": "cpu"}, "not on the GPUs"),
+    ({"precision": "float32"}, "not auto's float16"),
+    ({"replicas_identical": False}, "the replicas differ"),
+    ({"losses": [2.5] * 100}, "not down 20 %"),
+    ({"losses": [float("nan")] * 100}, "not 100 finite global losses"),
+])
+def test_the_train_addition_check_judges_the_scripts_summary(fake_gpus, monkeypatch, capsys, changes, verdict):
+    fake_gpus(2)
+    seen = []
+
+    def fake_run_together(commands, timeout, **kwargs):
+        seen.extend(commands)
+        return [Finished(list(commands[0]), 0, _addition_summary(**changes) + "\n", "")]
+
+    monkeypatch.setattr(gpu_check, "run_together", fake_run_together)
+    gpu_check.run_checks([("torchrun-train_addition", gpu_check.check_torchrun_train_addition)])
+    line = capsys.readouterr().out.splitlines()[0]
+    assert verdict in line and line.startswith("PASS" if not changes else "FAIL")
+    assert "--nproc_per_node=2" in seen[0] and "notebooks/train_addition.py" in seen[0]

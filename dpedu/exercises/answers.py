@@ -1,4 +1,4 @@
-"""Model answers and rubrics for the exercises at the end of lessons 00 to 09, printed only on request.
+"""Model answers and rubrics for the exercises at the end of lessons 00 to 10, printed only on request.
 
 ``answer(lesson)`` lists a lesson's exercises and the kind of answer each has; ``answer(lesson, n)`` prints
 exercise n's. The kinds: a **computed value** (a number or a formula that the lesson's checker accepts),
@@ -52,6 +52,9 @@ VALUES: dict[tuple[int, int], object] = {
     (9, 4): {3e-8: True, 2e-8: False},
     (9, 7): 15.0,
     (9, 8): 12 * 512 * 128 * 4,
+    (10, 1): 16,
+    (10, 2): 2,
+    (10, 3): 3e-3 * 51 / 100,
 }
 
 
@@ -406,6 +409,24 @@ Checkpointing pairs of blocks keeps 6 inputs, half as much, but recomputes 2 blo
 the peak grows by one block's activations: the segment length trades the inputs kept against the
 activations recomputed at once: with segments of k blocks, L/k inputs plus k blocks' activations, least
 near k = √(L/9) here (Chen et al. 2016, arXiv:1604.06174: segments of about √L blocks)."""),
+    (10, 1): (VALUE + " + " + RUBRIC, f"""
+96 / (3 ranks x 2 micro-batches) = {VALUES[10, 1]} examples per forward-backward
+(check: lesson10.micro_batch(96, 3, 2, {VALUES[10, 1]})). 64 is not a multiple of 3: no equal split of the
+global batch exists, and with unequal shards the ranks' mean loss would no longer be the global batch's mean
+(lesson 03), so the script refuses it before any rank starts (batches.micro_batch_size)."""),
+    (10, 2): (VALUE, f"""
+ceil(1000 / 6) = 167 examples per rank, 6 x 167 = 1002: {VALUES[10, 2]} examples repeated
+(check: lesson10.padding(1000, 6, {VALUES[10, 2]})). On 3 ranks it is 2 as well (334 x 3 = 1002), part 2's case."""),
+    (10, 3): (VALUE, f"""
+Step 50 is in the warmup (100 steps): 3e-3 x (50 + 1) / 100 = {VALUES[10, 3]:.2e}
+(check: lesson10.learning_rate_at(50, {VALUES[10, 3]:.2e}))."""),
+    (10, 4): (RUBRIC, """
+A good answer: 2 ranks x 2 micro-batches of 16 make the same global batch of 64, so the schedule and the
+updates are the same and the run learns alike (held-out exact match above 0.95, as in part 3). The first loss
+is the mean of 4 means of 16 instead of 2 means of 32: equal in exact arithmetic, equal in float32 only to
+rounding (about 1e-7 relative), because the sums run in another order; under no_sync the first micro-batch's
+gradient stays local and the last backward all-reduces the accumulated sum, so there is one all-reduce per
+step either way."""),
 }
 
 

@@ -32,6 +32,7 @@ LESSONS: tuple[Lesson, ...] = (
     Lesson(7, "BatchNorm and randomness across ranks", "Training at scale"),
     Lesson(8, "Scaling out, and when things go wrong", "In production"),
     Lesson(9, "Beyond plain data parallelism", "In production"),
+    Lesson(10, "A real training run, end to end", "In production"),
 )
 
 
@@ -45,6 +46,7 @@ def written_lessons(folder: str | Path = NOTEBOOKS) -> set[int]:
     return {int(p.name[:2]) for p in folder.glob("[0-9][0-9]_*.ipynb")}
 
 
+PER_ROW = 6  # lessons per row of the course map
 PROSE_WORDS_PER_MINUTE = 100  # careful reading of technical prose with formulas, not skimming
 CODE_LINES_PER_MINUTE = 12  # reading a cell, running it and reading what it prints
 
@@ -82,9 +84,9 @@ def draw_course_map(path: str | Path | None = None, written: Iterable[int] | Non
         raise ValueError(f"written must list lesson numbers from 0 to {len(LESSONS) - 1}, got {sorted(written)}")
 
     parts = list(dict.fromkeys(lesson.part for lesson in LESSONS))
-    fig, ax = plt.subplots(figsize=(10, 4.2))
+    fig, ax = plt.subplots(figsize=(12, 4.2))
     for lesson in LESSONS:
-        x, y = lesson.number % 5, -(lesson.number // 5)
+        x, y = lesson.number % PER_ROW, -(lesson.number // PER_ROW)
         color = PALETTE[parts.index(lesson.part)]
         done = lesson.number in written
         ax.add_patch(plt.Rectangle((x * 2.1, y * 1.6), 1.9, 1.1, color=color, alpha=0.18 if done else 0.05, lw=0))
@@ -97,17 +99,17 @@ def draw_course_map(path: str | Path | None = None, written: Iterable[int] | Non
         if not done:
             ax.text(x * 2.1 + 0.95, y * 1.6 + 0.06, "not yet written", ha="center", fontsize=7, style="italic",
                     color="0.35")
-        if lesson.number % 5 != 4:
+        if lesson.number % PER_ROW != PER_ROW - 1 and lesson.number != LESSONS[-1].number:
             ax.annotate("", (x * 2.1 + 2.08, y * 1.6 + 0.55), (x * 2.1 + 1.92, y * 1.6 + 0.55),
                         arrowprops={"arrowstyle": "->", "color": "0.4"})
     handles = [plt.Rectangle((0, 0), 1, 1, color=PALETTE[i], alpha=0.5) for i in range(len(parts))]
     ax.legend(handles, parts, loc="lower center", ncol=len(parts), frameon=False, bbox_to_anchor=(0.5, -0.12))
-    ax.set_xlim(-0.1, 10.4)
+    ax.set_xlim(-0.1, PER_ROW * 2.1 - 0.1)
     ax.set_ylim(-1.75, 1.2)
     ax.set_axis_off()
     missing = {lesson.number for lesson in LESSONS} - written
-    ax.set_title("dpedu: ten lessons from one process to many" + (" (dashed: not yet written)" if missing else ""),
-                 fontsize=13)
+    dashed = " (dashed: not yet written)" if missing else ""
+    ax.set_title(f"dpedu: {len(LESSONS)} lessons from one process to many{dashed}", fontsize=13)
     if path is not None:
         fig.savefig(path, dpi=120, bbox_inches="tight")
     return fig

@@ -20,6 +20,7 @@ from dpedu.exercises import (
     lesson07,
     lesson08,
     lesson09,
+    lesson10,
 )
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
@@ -34,7 +35,7 @@ def _exercise_numbers(notebook: Path) -> list[int]:
     return []
 
 
-@pytest.mark.parametrize("lesson", range(10))
+@pytest.mark.parametrize("lesson", range(11))
 def test_every_exercise_of_every_lesson_has_an_answer(lesson, capsys):
     (notebook,) = NOTEBOOKS.glob(f"{lesson:02d}_*.ipynb")
     numbers = _exercise_numbers(notebook)
@@ -58,7 +59,7 @@ def test_code_answers_are_printed_from_their_source_and_values_belong_to_exercis
     assert "def my_rank_and_size(environ" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize(("call", "name"), [(lambda: answers.answer(10), "lesson"),
+@pytest.mark.parametrize(("call", "name"), [(lambda: answers.answer(11), "lesson"),
                                             (lambda: answers.answer(3, 6), "exercise"),
                                             (lambda: answers.answer(3, 0), "exercise")])
 def test_bad_arguments_are_refused_by_name(call, name):
@@ -140,3 +141,10 @@ def test_lesson08_and_09_answers_pass_the_checks():
     assert all(lesson09.micro_batches_kept(kind, 4, 8, 1, kept) for kind, kept in values[9, 2].items())
     assert lesson09.zero_gigabytes(13e9, 16, 2, values[9, 3])
     assert all(lesson09.survives_float16(value, survives) for value, survives in values[9, 4].items())
+
+
+def test_lesson10_answers_pass_the_checks():
+    values = answers.VALUES
+    assert lesson10.micro_batch(96, 3, 2, values[10, 1])
+    assert lesson10.padding(1000, 6, values[10, 2])
+    assert lesson10.learning_rate_at(50, values[10, 3])

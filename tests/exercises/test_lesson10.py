@@ -1,0 +1,37 @@
+import pytest
+
+from dpedu.exercises import lesson10
+
+
+def test_micro_batch_check():
+    assert lesson10.micro_batch(96, 3, 2, 16) and lesson10.micro_batch(64, 4, 1, 16)
+    assert not lesson10.micro_batch(96, 3, 2, 32) and not lesson10.micro_batch(96, 3, 2, 48)
+    with pytest.raises(ValueError, match="--global-batch 64 must be a multiple"):
+        lesson10.micro_batch(64, 3, 1, 21)
+
+
+def test_padding_check():
+    assert lesson10.padding(1000, 3, 2) and lesson10.padding(1000, 6, 2) and lesson10.padding(1000, 8, 0)
+    assert lesson10.padding(1000, 7, 1)  # 143 x 7 = 1001
+    assert not lesson10.padding(1000, 3, 0) and not lesson10.padding(1000, 3, 1)
+
+
+def test_learning_rate_check():
+    assert lesson10.learning_rate_at(50, 3e-3 * 51 / 100) and lesson10.learning_rate_at(99, 3e-3)
+    assert lesson10.learning_rate_at(999, 3e-4) and not lesson10.learning_rate_at(50, 1.5e-3)
+    assert not lesson10.learning_rate_at(999, 3e-3)
+
+
+@pytest.mark.parametrize("answer", ["16", True, None])
+def test_checks_refuse_non_numbers(answer):
+    with pytest.raises(TypeError, match="answer must be a number"):
+        lesson10.micro_batch(96, 3, 2, answer)
+    with pytest.raises(TypeError, match="answer must be a number"):
+        lesson10.padding(1000, 3, answer)
+
+
+def test_checks_name_bad_arguments():
+    with pytest.raises(ValueError, match="examples"):
+        lesson10.padding(0, 3, 0)
+    with pytest.raises(ValueError, match="step"):
+        lesson10.learning_rate_at(-1, 0.1)
