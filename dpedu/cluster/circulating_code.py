@@ -22,9 +22,12 @@ from dpedu.cluster.troubleshooting import readable
 from dpedu.runtime.commands import run_together
 
 SNIPPET = "snippet.py"  # the name the script runs under, as its tracebacks show it
-# Arms the watchdog, then runs the file as `python snippet.py` would: as __main__, with its folder (the
-# working directory) first on sys.path and its name as sys.argv[0].
-_WATCHED = ("import faulthandler, runpy, sys; faulthandler.dump_traceback_later(float(sys.argv[2]), exit=True); "
+# Imports torch.distributed, arms the watchdog, then runs the file as `python snippet.py` would: as __main__,
+# with its folder (the working directory) first on sys.path and its name as sys.argv[0]. The import comes first
+# so that the watchdog's time is the snippet's own: importing torch takes seconds on a busy machine (more with
+# the CUDA build), and a watchdog running meanwhile would stop a snippet at its `import torch`.
+_WATCHED = ("import faulthandler, runpy, sys; import torch.distributed; "
+            "faulthandler.dump_traceback_later(float(sys.argv[2]), exit=True); "
             "sys.argv = sys.argv[1:2]; runpy.run_path(sys.argv[0], run_name='__main__')")
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)')
 _GRACE = 30.0  # the outer deadline's margin over the watchdog: starting Python and importing torch
@@ -67,7 +70,7 @@ def run_script(source: str, *, timeout: float, env: dict[str, str] | None = None
     stderr = run.stderr.replace(str(path), SNIPPET).replace(folder, ".")
     if run.returncode == 0:
         return ScriptOutcome("returned", seconds, 0, "", "", run.stdout, stderr)
-    if stderr.startswith("Timeout (") or "\nTimeout (" in stderr:
+    if run.returncode == 1 and (stderr.startswith("Timeout (") or "\nTimeout (" in stderr):  # faulthandler exits 1
         return ScriptOutcome("hung", seconds, run.returncode, "", waiting_place(stderr), run.stdout, stderr)
     lines = [line for line in stderr.splitlines() if line.strip()]
     return ScriptOutcome("raised", seconds, run.returncode, readable(lines[-1]) if lines else "", "",
