@@ -1,0 +1,79 @@
+"""torch DDP's overlap seen by ``torch.profiler`` (lesson 04, "A profiler's view of DDP's overlap").
+
+``profile_ddp_steps`` runs inside every rank of a ``dpedu.launch``: it trains lesson 04's timing model
+wrapped in torch DDP for a few steps, profiles each step on the CPU, and returns, per step, when each
+``gloo:all_reduce`` ran and when each backward op (``autograd::engine::evaluate_function: ...``) ran.
+It also writes the Chrome trace of the last step, to be opened in chrome://tracing or
+https://ui.perfetto.dev.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+from torch.profiler import ProfilerActivity, profile
+
+from dpedu._validate import real, whole
+from dpedu.data_parallel.ddp_timing import timing_model
+
+ALL_REDUCE = "gloo:all_reduce"
+BACKWARD_PREFIX = "autograd::engine::evaluate_function"
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    # the profiler's C++ side logs every start and stop on file descriptor 2: silence that, not Python
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def profile_ddp_steps(trace_path: str | os.PathLike[str], *, steps: int = 3, bucket_cap_mb: float = 5.0,
+                      batch_size: int = 64) -> list[dict[str, list[tuple[float, float]]]]:
+    """Profile ``steps`` torch DDP training steps of ``timing_model()`` with ``bucket_cap_mb`` on this rank.
+
+    Returns one dict per step, in order, with ``"all_reduce"`` and ``"backward"``: the (start, end)
+    intervals in milliseconds of that step's ``gloo:all_reduce`` events and of its backward ops, sorted
+    by start, measured from the step's earliest profiled event (so every start is >= 0 and every end
+    >= its start). The intervals come from this rank's profiler only; nothing in them is compared
+    across ranks. Rank 0 (only) writes the last step's Chrome trace to ``trace_path``.
+    """
+    if not isinstance(trace_path, (str, os.PathLike)):
+        raise TypeError(f"trace_path must be a path, got {type(trace_path).__name__}")
+    whole("steps", steps)
+    real("bucket_cap_mb", bucket_cap_mb, above=0)
+    whole("batch_size", batch_size)
+    generator = torch.Generator().manual_seed(dist.get_rank())
+    X = torch.randn(batch_size, 256, generator=generator)
+    y = torch.randint(0, 10, (batch_size,), generator=generator)
+    model = DistributedDataParallel(timing_model(), bucket_cap_mb=bucket_cap_mb)
+    timelines = []
+    for step in range(steps):
+        model.zero_grad()
+        with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU]) as prof:
+            F.cross_entropy(model(X), y).backward()
+        events = prof.events()
+        origin = min(event.time_range.start for event in events)
+
+        def intervals(keep, events=events, origin=origin) -> list[tuple[float, float]]:
+            return sorted(((event.time_range.start - origin) / 1e3, (event.time_range.end - origin) / 1e3)
+                          for event in events if keep(event.name))
+
+        timelines.append({"all_reduce": intervals(lambda name: name == ALL_REDUCE),
+                          "backward": intervals(lambda name: name.startswith(BACKWARD_PREFIX))})
+        if step == steps - 1 and dist.get_rank() == 0:
+            prof.export_chrome_trace(os.fspath(trace_path))
+    return timelines
