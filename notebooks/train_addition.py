@@ -13,8 +13,9 @@ cosine learning rate per optimizer step of the global batch; clipping of the ave
 autocast with a GradScaler on GPUs, float32 on CPUs (bfloat16 on request: --precision bfloat16); a progress
 bar and logs on rank 0 only (none when DPEDU_QUIET=1); the global training loss (all ranks' mean);
 atomic checkpoints holding everything a resumed run needs to continue bit for bit; held-out exact-match
-accuracy evaluated on unpadded shards and summed. Rank 0 prints a JSON summary as the last line of its
-output (and writes it to --summary).
+accuracy evaluated on unpadded shards and summed; with --noise-scale, every step's squared gradient norms,
+each rank's and the averaged one, read by a communication hook on DDP's all-reduce (the gradient noise scale).
+Rank 0 prints a JSON summary as the last line of its output (and writes it to --summary).
 
 When every process on a machine can have a GPU of its own, each uses its own; otherwise all run on the
 CPU (ranks must agree). CUDA_VISIBLE_DEVICES="" keeps a GPU machine on the CPU.
@@ -40,6 +41,7 @@ from dpedu.training_run.addition import VOCABULARY, addition_splits, sequence_le
 from dpedu.training_run.batches import epoch_batches, micro_batch_size, steps_per_epoch
 from dpedu.training_run.evaluation import distributed_exact_match
 from dpedu.training_run.gpt import GPT
+from dpedu.training_run.gradient_norms import GradientNorms, recording_allreduce_hook
 from dpedu.training_run.schedule import learning_rate
 from dpedu.training_run.step import PRECISIONS, resolve_precision, train_step
 
@@ -78,6 +80,9 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         help="stop after this step as if killed: no final checkpoint; the summary says only where it stopped")
     add("--log-every", type=int, default=50, help="steps between rank 0's log lines (and global-loss reductions)")
     add("--summary", help="where rank 0 writes the JSON summary (it always prints it)")
+    add("--noise-scale", action="store_true",
+        help="record every step's squared gradient norms, each rank's and the averaged one, for the gradient noise "
+             "scale (in the summary; the steps this process ran)")
     args = parser.parse_args(argv)
     positive = ("digits", "train_examples", "heldout_examples", "width", "heads", "layers", "steps", "global_batch",
                 "accumulate", "log_every")
@@ -161,6 +166,9 @@ def train(args: argparse.Namespace, device: torch.device, precision: str, starte
         assert (state["epoch"], state["position"]) == divmod(start, per_epoch)
     dist.barrier()  # every rank has read the checkpoint before rank 0 may write the next one
     ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    norms, local_sq, global_sq = GradientNorms(), [], []  # --noise-scale: this rank's and the averaged |g|^2
+    if args.noise_scale:
+        ddp.register_comm_hook(norms, recording_allreduce_hook)  # DDP's own all-reduce, norms read on the way
 
     def save(step: int) -> None:
         states = replicas.random_states()  # a collective: every rank calls it
@@ -173,11 +181,15 @@ def train(args: argparse.Namespace, device: torch.device, precision: str, starte
 
     bar = tqdm(total=args.steps, initial=start, desc=f"{world} rank(s)", disable=quiet, file=sys.stderr)
     pending: list[torch.Tensor] = []  # this rank's losses since the last reduction
+    pending_sq: list[torch.Tensor] = []  # --noise-scale: this rank's squared gradient norms since then
 
     def reduce_losses() -> None:
         if pending:  # one all-reduce for many steps: the global batch's mean loss of each
             losses.extend(replicas.global_mean(torch.stack(pending)).tolist())
             pending.clear()
+        if pending_sq:  # the ranks' mean of |g_b|^2, step by step
+            local_sq.extend(replicas.global_mean(torch.stack(pending_sq)).tolist())
+            pending_sq.clear()
 
     step, stop = start, args.stop_after_step if args.stop_after_step is not None and args.stop_after_step > start \
         else args.steps
@@ -190,8 +202,13 @@ def train(args: argparse.Namespace, device: torch.device, precision: str, starte
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(step, peak=args.lr, warmup=args.warmup, total=args.steps,
                                             final=args.final_lr)
+            norms.reset()
+            scale = scaler.get_scale() if args.noise_scale and scaler.is_enabled() else 1.0  # before step() updates it
             pending.append(train_step(ddp, micro_batches, optimizer, scaler, digits=args.digits, clip=args.clip,
                                       precision=precision))
+            if args.noise_scale:  # the hook saw scaled gradients
+                pending_sq.append(torch.as_tensor(norms.local, dtype=torch.float64, device=device) / scale**2)
+                global_sq.append(float(norms.averaged) / scale**2)
             step += 1
             bar.update()
             if step % args.log_every == 0 or step == stop:
@@ -217,7 +234,9 @@ def train(args: argparse.Namespace, device: torch.device, precision: str, starte
     identical = replicas.replicas_identical(model)
     if rank != 0:
         return None
-    return {"world_size": world, "backend": dist.get_backend(), "device": device.type,
+    noise = {"noise_scale": {"per_rank_examples": micro * args.accumulate, "global_batch": args.global_batch,
+                             "local_sq": local_sq, "global_sq": global_sq}} if args.noise_scale else {}
+    return noise | {"world_size": world, "backend": dist.get_backend(), "device": device.type,
             "precision": precision, "parameters": model.parameter_count(), "steps": args.steps,
             "resumed_from_step": start, "global_batch": args.global_batch, "micro_batch": micro,
             "accumulate": args.accumulate, "steps_per_epoch": per_epoch, "losses": losses,

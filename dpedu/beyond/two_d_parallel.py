@@ -72,8 +72,8 @@ def mlp_problem(width: int = 16, batch: int = 16, seed: int = 0) -> tuple[torch.
 def train_dp_tp(*, steps: int, lr: float, tensor_parallel: int = 2) -> dict:
     """Inside ranks: SGD on ``mlp_problem()``, each layer split ``tensor_parallel`` ways, each
     data-parallel replica on its share of the global batch, DDP averaging gradients over the
-    data-parallel group only. Returns this rank's trained slices, both groups' ranks and the
-    tensor-parallel all-reduces of the last step."""
+    data-parallel group only. Returns this rank's trained slices, both groups' ranks, the
+    tensor-parallel all-reduces of the last step and the rows of the global batch it trained on."""
     whole("steps", steps)
     real("lr", lr, above=0)
     tp, dp = subgroups(tensor_parallel)
@@ -89,7 +89,7 @@ def train_dp_tp(*, steps: int, lr: float, tensor_parallel: int = 2) -> dict:
         optimizer.step()
     return {"A": model.module.A.detach().clone(), "B": model.module.B.detach().clone(),
             "tp_ranks": dist.get_process_group_ranks(tp), "dp_ranks": dist.get_process_group_ranks(dp),
-            "tp_all_reduces": list(model.module.log)}
+            "tp_all_reduces": list(model.module.log), "rows": (share.start, share.stop)}
 
 
 def train_whole_mlp(*, steps: int, lr: float) -> tuple[torch.Tensor, torch.Tensor]:

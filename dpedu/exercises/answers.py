@@ -53,7 +53,7 @@ VALUES: dict[tuple[int, int], object] = {
     (9, 7): 15.0,
     (9, 8): 12 * 512 * 128 * 4,
     (10, 1): 16,
-    (10, 2): 2,
+    (10, 2): 8,
     (10, 3): 3e-3 * 51 / 100,
 }
 
@@ -415,8 +415,8 @@ near k = âˆš(L/9) here (Chen et al. 2016, arXiv:1604.06174: segments of about âˆ
 global batch exists, and with unequal shards the ranks' mean loss would no longer be the global batch's mean
 (lesson 03), so the script refuses it before any rank starts (batches.micro_batch_size)."""),
     (10, 2): (VALUE, f"""
-ceil(1000 / 6) = 167 examples per rank, 6 x 167 = 1002: {VALUES[10, 2]} examples repeated
-(check: lesson10.padding(1000, 6, {VALUES[10, 2]})). On 3 ranks it is 2 as well (334 x 3 = 1002), part 2's case."""),
+ceil(1000 / 16) = 63 examples per rank, 16 x 63 = 1008: {VALUES[10, 2]} examples repeated
+(check: lesson10.padding(1000, 16, {VALUES[10, 2]})). On 3 ranks it is 2 (334 x 3 = 1002), part 2's case."""),
     (10, 3): (VALUE, f"""
 Step 50 is in the warmup (100 steps): 3e-3 x (50 + 1) / 100 = {VALUES[10, 3]:.2e}
 (check: lesson10.learning_rate_at(50, {VALUES[10, 3]:.2e}))."""),

@@ -1,6 +1,6 @@
 """Lesson 10: a real training run, end to end: a small GPT learns multi-digit addition on N ranks.
 
-Modules (the first seven used by ``notebooks/train_addition.py``, the torchrun script the lesson runs):
+Modules (the first eight used by ``notebooks/train_addition.py``, the torchrun script the lesson runs):
 - ``addition``: the data, generated from a seed: ``"12+39=150"`` (the sum written least significant digit
   first), disjoint training and held-out sets.
 - ``gpt``: a small GPT-style transformer (causal ``scaled_dot_product_attention``).
@@ -10,6 +10,8 @@ Modules (the first seven used by ``notebooks/train_addition.py``, the torchrun s
 - ``step``: one optimizer step: accumulation under ``no_sync``, mixed precision, clipping the averaged gradient.
 - ``evaluation``: exact-match accuracy, each rank on an unpadded shard, counts summed by an all-reduce.
 - ``replicas``: the global loss, parameter checksums, every rank's random state for checkpoints.
+- ``gradient_norms``: a communication hook recording each rank's and the averaged squared gradient norm, for the
+  gradient noise scale measured inside DDP (``--noise-scale``).
 - ``data_loading``: ranks split the data, ``DataLoader`` workers split a rank's loading; an ``IterableDataset``
   sharded by rank x worker (lesson 10, not the script).
 - ``throughput``: the script's step timed on 1, 2, 4 ranks, oversubscription, compute of controlled duration with

@@ -49,6 +49,8 @@ def test_data_times_tensor_parallel_training_equals_one_process_on_the_global_ba
     torch.testing.assert_close(torch.cat([ranks[0]["B"], ranks[1]["B"]], 0), B, rtol=1e-5, atol=1e-6)
     assert all(torch.equal(ranks[r][w], ranks[r + 2][w]) for r in (0, 1) for w in ("A", "B"))
     assert all(r["tp_all_reduces"] == ["forward"] for r in ranks)
+    rows = len(tdp.mlp_problem()[0])  # each replica trains on its own half of the global batch
+    assert [r["rows"] for r in ranks] == [(0, rows // 2)] * 2 + [(rows // 2, rows)] * 2
 
 
 def test_ddp_over_a_module_on_two_devices_equals_one_process_on_all_batches():

@@ -13,6 +13,7 @@ def test_micro_batch_check():
 def test_padding_check():
     assert lesson10.padding(1000, 3, 2) and lesson10.padding(1000, 6, 2) and lesson10.padding(1000, 8, 0)
     assert lesson10.padding(1000, 7, 1)  # 143 x 7 = 1001
+    assert lesson10.padding(1000, 16, 8)  # 63 x 16 = 1008
     assert not lesson10.padding(1000, 3, 0) and not lesson10.padding(1000, 3, 1)
 
 

@@ -31,8 +31,11 @@ def summary(finished) -> dict:
 
 
 def test_one_and_two_ranks_at_the_same_global_batch_are_the_same_run():
-    one, two = (summary(f) for f in run_together([torchrun(1, *SHORT), torchrun(2, *SHORT)], timeout=120,
-                                                 cwd=str(NOTEBOOKS), env=ENV))
+    # --noise-scale on 2 ranks: its hook must leave the run exactly as it is without it
+    one, two, unhooked = (summary(f) for f in run_together(
+        [torchrun(1, *SHORT), torchrun(2, *SHORT, "--noise-scale"), torchrun(2, *SHORT)],
+        timeout=180, cwd=str(NOTEBOOKS), env=ENV))
+    assert two["losses"] == unhooked["losses"] and two["checksum"] == unhooked["checksum"]
     assert (one["world_size"], two["world_size"], two["micro_batch"], two["backend"]) == (1, 2, 32, "gloo")
     assert len(one["losses"]) == len(two["losses"]) == 150 and two["replicas_identical"]
     # The same examples at every step; only the order of float additions differs (one rank's batch mean
@@ -43,6 +46,11 @@ def test_one_and_two_ranks_at_the_same_global_batch_are_the_same_run():
     assert max(abs(a - b) for a, b in zip(one["losses"][:50], two["losses"][:50], strict=True)) < 1e-5
     assert abs(one["checksum"] - two["checksum"]) < 1e-2
     assert one["losses"][-1] < 0.8 * one["losses"][0]  # it learns (the full default run reaches ~100 %)
+    noise = two["noise_scale"]
+    assert (noise["per_rank_examples"], noise["global_batch"], len(noise["local_sq"]), len(noise["global_sq"])) \
+        == (32, 64, 150, 150) and "noise_scale" not in one
+    # the mean of the ranks' |g|^2 is at least the |mean g|^2 (Jensen), at every step
+    assert all(local >= averaged > 0 for local, averaged in zip(noise["local_sq"], noise["global_sq"], strict=True))
 
 
 def test_a_run_stopped_mid_epoch_and_resumed_ends_bit_identical_to_an_uninterrupted_one(tmp_path):

@@ -1,0 +1,52 @@
+"""The squared gradient norms that DDP's all-reduce passes by, recorded for free (lesson 10, part 6).
+
+Each bucket DDP all-reduces holds, before the reduction, this rank's gradient from its own b examples and,
+after it, the mean over ranks: the gradient of the global batch B = ranks x b. Their squared norms are the
+two batch sizes of lesson 06's two-batch estimate of the gradient noise scale (McCandlish et al. 2018,
+App. A: E|G_b|^2 = |G|^2 + tr(Sigma)/b), so a communication hook that looks at both, and changes nothing,
+measures the noise scale of a DDP run as it trains. The estimate itself is lesson 06's
+``dpedu.sgd.noise_scale.two_batch_noise_scale``: this module only records.
+
+Under ``no_sync`` accumulation the hook runs in the last micro-batch's backward, on the accumulated gradient
+of all of the rank's micro-batches: b is the rank's examples per step. With a ``GradScaler`` the buckets hold
+scaled gradients: divide both norms by the scale squared. Clipping comes after the all-reduce and is not seen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+__all__ = ["GradientNorms", "recording_allreduce_hook"]
+
+
+@dataclass
+class GradientNorms:
+    """What the hook saw in the last backward, summed over buckets: ``local``, this rank's squared gradient
+    norm before the all-reduce, and ``averaged``, the squared norm of the averaged gradient (the same on every
+    rank). Both are float64 tensors on the gradients' device (no GPU synchronisation in the hook; ``float()``
+    them after the step). ``reset()`` before each step."""
+
+    process_group: dist.ProcessGroup | None = None
+    local: torch.Tensor | float = 0.0
+    averaged: torch.Tensor | float = 0.0
+
+    def reset(self) -> None:
+        self.local = self.averaged = 0.0
+
+
+def recording_allreduce_hook(state: GradientNorms, bucket):  # no annotations: DDP inspects them as strings
+    """DDP's default all-reduce (``allreduce_hook``: divide by the world size, sum), the same arithmetic, with
+    the bucket's squared norm recorded before and after. Register with ``ddp.register_comm_hook(state, hook)``."""
+    state.local = state.local + bucket.buffer().double().pow(2).sum()
+    reduced = allreduce_hook(state.process_group, bucket)
+
+    def record(future: torch.futures.Future) -> torch.Tensor:
+        averaged = future.value()
+        state.averaged = state.averaged + averaged.double().pow(2).sum()
+        return averaged
+
+    return reduced.then(record)
