@@ -96,6 +96,9 @@ def _is_check(statement: ast.stmt) -> bool:
 
 
 def _where(obj: Any) -> str:
-    """The file ``obj`` is defined in, relative to the repository for dpedu's own code."""
+    """The file ``obj`` is defined in: dpedu's own code relative to the repository, anything else by its
+    folder and name (a course script: ``notebooks/train_addition.py``), wherever the course was copied to."""
     path = Path(inspect.getsourcefile(obj) or inspect.getfile(obj)).resolve()
-    return path.relative_to(PACKAGE_ROOT).as_posix() if path.is_relative_to(PACKAGE_ROOT) else path.name
+    if path.is_relative_to(PACKAGE_ROOT):
+        return path.relative_to(PACKAGE_ROOT).as_posix()
+    return f"{path.parent.name}/{path.name}"

@@ -3,7 +3,6 @@
 import ast
 import inspect
 import json
-import re
 import textwrap
 from pathlib import Path
 
@@ -96,17 +95,44 @@ def test_methods_of_a_shown_class_are_folded_too():
     assert init.splitlines()[1].strip().startswith("...  # checks, folded")
 
 
+def _course_imports(tree: ast.Module) -> str:
+    """The cell's imports of dpedu and of the course's scripts beside the notebooks, one per line."""
+    def ours(name: str) -> bool:
+        return name.startswith("dpedu") or (NOTEBOOKS / f"{name}.py").exists()
+    return "\n".join(ast.unparse(node) for node in ast.walk(tree)
+                     if isinstance(node, ast.ImportFrom) and ours(node.module or "")
+                     or isinstance(node, ast.Import) and any(ours(alias.name) for alias in node.names))
+
+
+def _shown_expressions(tree: ast.Module):
+    """Each ``show_source(...)`` argument in the cell; one shown in a loop over a tuple gives each item."""
+    loops = {id(call.args[0]): loop.iter.elts for loop in ast.walk(tree)
+             if isinstance(loop, ast.For) and isinstance(loop.iter, (ast.Tuple, ast.List))
+             for call in ast.walk(loop) if isinstance(call, ast.Call) and getattr(call.func, "id", "") == "show_source"
+             and isinstance(call.args[0], ast.Name) and call.args[0].id == getattr(loop.target, "id", None)}
+    for call in ast.walk(tree):
+        if isinstance(call, ast.Call) and getattr(call.func, "id", "") == "show_source":
+            yield from (ast.unparse(item) for item in loops.get(id(call.args[0]), [call.args[0]]))
+
+
 def _shown_objects():
-    """Every ``show_source(...)`` argument in the notebooks, evaluated with the notebook's dpedu imports."""
+    """Every object a notebook passes to ``show_source``, evaluated with the notebook's imports."""
     for notebook in sorted(NOTEBOOKS.glob("*.ipynb")):
-        cells = ["".join(cell["source"]) for cell in json.loads(notebook.read_text())["cells"]
-                 if cell["cell_type"] == "code"]
-        imports = [line for cell in cells for line in cell.splitlines() if re.match(r"(from|import) dpedu", line)]
+        trees = [ast.parse("\n".join("" if line.lstrip().startswith(("%", "!")) else line  # magics
+                                     for line in "".join(cell["source"]).splitlines()))
+                 for cell in json.loads(notebook.read_text())["cells"] if cell["cell_type"] == "code"]
         namespace: dict = {}
-        exec("\n".join(imports), namespace)
-        for cell in cells:
-            for expression in re.findall(r"show_source\(([^)]*)\)", cell):
+        exec("\n".join(_course_imports(tree) for tree in trees), namespace)
+        for tree in trees:
+            for expression in _shown_expressions(tree):
                 yield f"{notebook.name[:2]}: {expression}", eval(expression, namespace)
+
+
+def test_every_shown_object_is_found_in_loops_and_beside_the_notebooks(monkeypatch):
+    monkeypatch.syspath_prepend(str(NOTEBOOKS))
+    shown = [where for where, _ in _shown_objects()]
+    assert "09: model_parallel.megatron_mlp" in shown  # shown in a loop over a tuple
+    assert "10: train_addition.train" in shown  # a course script beside the notebooks
 
 
 def _guard_like(statement: ast.stmt, module_globals: dict) -> bool:
@@ -121,7 +147,8 @@ def _guard_like(statement: ast.stmt, module_globals: dict) -> bool:
     return False
 
 
-def test_no_function_a_lesson_shows_opens_with_argument_checks():
+def test_no_function_a_lesson_shows_opens_with_argument_checks(monkeypatch):
+    monkeypatch.syspath_prepend(str(NOTEBOOKS))
     opening_with_checks = []
     for where, obj in _shown_objects():
         lines, first = inspect.getsourcelines(obj)
