@@ -52,8 +52,10 @@ def run_script(source: str, *, timeout: float, env: dict[str, str] | None = None
     """Run ``source`` as a plain script named ``snippet.py``; stop it after ``timeout`` seconds; say how it ended.
 
     ``env`` adds to (or overrides) this process's environment; a value of ``None`` in it is not allowed,
-    leave a variable out to keep it. The script is reaped before this returns, and so is everything it
-    started; if even the watchdog fails, ``run_together``'s ``TimeoutError`` is raised after the clean-up.
+    leave a variable out to keep it. Tracebacks come as plain text: ``PYTHON_COLORS=0``, since Python 3.13
+    colours them where the environment forces colour, as a Jupyter kernel's does. The script is reaped
+    before this returns, and so is everything it started; if even the watchdog fails, ``run_together``'s
+    ``TimeoutError`` is raised after the clean-up.
     """
     if not isinstance(source, str) or not source.strip():
         raise ValueError("source must be the non-empty text of a Python script")
@@ -65,7 +67,7 @@ def run_script(source: str, *, timeout: float, env: dict[str, str] | None = None
         path.write_text(source)
         start = time.perf_counter()
         (run,) = run_together([[sys.executable, "-c", _WATCHED, str(path), repr(float(timeout))]],
-                              timeout=timeout + _GRACE, cwd=folder, env=env)
+                              timeout=timeout + _GRACE, cwd=folder, env={"PYTHON_COLORS": "0", **(env or {})})
         seconds = time.perf_counter() - start
     stderr = run.stderr.replace(str(path), SNIPPET).replace(folder, ".")
     if run.returncode == 0:

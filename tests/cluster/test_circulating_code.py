@@ -27,6 +27,12 @@ def test_an_uncaught_exception_is_reported_by_its_last_line():
     assert 'File "snippet.py", line 2' in outcome.stderr  # the temporary folder left out
 
 
+def test_the_error_is_plain_text_where_the_environment_forces_colour(monkeypatch):
+    monkeypatch.setenv("FORCE_COLOR", "1")  # as a Jupyter kernel sets it: Python 3.13 would colour the traceback
+    outcome = run_script("raise KeyError('weight')\n", timeout=5)
+    assert outcome.error == "KeyError: 'weight'" and "\x1b[" not in outcome.stderr
+
+
 def test_a_lone_rank_hangs_in_init_process_group_until_the_watchdog_and_nothing_is_left():
     env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
     outcome = run_script(LONE_RANK, timeout=1, env=env)
