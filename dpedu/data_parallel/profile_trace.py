@@ -9,10 +9,7 @@ https://ui.perfetto.dev.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import sys
-from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
@@ -22,23 +19,10 @@ from torch.profiler import ProfilerActivity, profile
 
 from dpedu._validate import real, whole
 from dpedu.data_parallel.ddp_timing import timing_model
+from dpedu.runtime.stderr import captured_stderr
 
 ALL_REDUCE = "gloo:all_reduce"
 BACKWARD_PREFIX = "autograd::engine::evaluate_function"
-
-
-@contextlib.contextmanager
-def _quiet_stderr() -> Iterator[None]:
-    # the profiler's C++ side logs every start and stop on file descriptor 2: silence that, not Python
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
 
 
 def profile_ddp_steps(trace_path: str | os.PathLike[str], *, steps: int = 3, bucket_cap_mb: float = 5.0,
@@ -63,7 +47,8 @@ def profile_ddp_steps(trace_path: str | os.PathLike[str], *, steps: int = 3, buc
     timelines = []
     for step in range(steps):
         model.zero_grad()
-        with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        # the profiler's C++ side logs every start and stop on file descriptor 2: kept out of sight
+        with captured_stderr(), profile(activities=[ProfilerActivity.CPU]) as prof:
             F.cross_entropy(model(X), y).backward()
         events = prof.events()
         origin = min(event.time_range.start for event in events)

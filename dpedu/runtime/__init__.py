@@ -10,6 +10,7 @@
 - ``commands``: torchrun, mpirun and other programs run together from a cell.
 - ``traffic``: the bytes this rank hands to ``torch.distributed``'s calls (lessons 04 and 09).
 - ``environment``: the machine report of lesson 00.
+- ``stderr``: what torch's C++ side writes to standard error, caught (lesson 04).
 
 Nothing here imports the course's content packages.
 """
