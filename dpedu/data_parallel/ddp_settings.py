@@ -21,10 +21,11 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
 from dpedu._validate import whole
-from dpedu.data_parallel.ddp_timing import timing_model
+from dpedu.data_parallel.ddp_timing import timing_batch, timing_model
 from dpedu.data_parallel.mini_ddp import MiniDDP
 from dpedu.runtime.stderr import captured_stderr
 from dpedu.runtime.traffic import bytes_sent
@@ -94,8 +95,8 @@ def gradient_bytes(wrapper: str, *, gradient_as_bucket_view: bool = False, bucke
     """After two training steps of the timing model wrapped in ``wrapper`` ("torch DDP" or "MiniDDP"):
     bytes of the ``.grad`` tensors, of the buckets, and of both together (``together`` equals ``grads``
     when every ``.grad`` is a view into a bucket, and ``grads + buckets`` when they are separate copies).
-    torch DDP's buckets are seen through a communication hook (``bucket.buffer()``, the tensor it sends),
-    which averages as DDP's own all-reduce does: the memory is the same with or without it.
+    torch DDP's buckets are seen through a communication hook (``bucket.buffer()``, the tensor it sends)
+    that then hands the bucket to torch's ``allreduce_hook``, the averaging DDP does without a hook.
     """
     if wrapper not in ("torch DDP", "MiniDDP"):
         raise ValueError(f"wrapper must be 'torch DDP' or 'MiniDDP', got {wrapper!r}")
@@ -110,8 +111,7 @@ def gradient_bytes(wrapper: str, *, gradient_as_bucket_view: bool = False, bucke
 
         def keep_buffer(state, bucket):  # no annotations: DDP checks them, and here they would be strings
             buffers.append(bucket.buffer())
-            work = dist.all_reduce(bucket.buffer().div_(dist.get_world_size()), async_op=True)
-            return work.get_future().then(lambda future: future.value()[0])
+            return default_hooks.allreduce_hook(state, bucket)  # what DDP does without a hook
 
         model.register_comm_hook(None, keep_buffer)
     X, y = torch.randn(4, 256), torch.zeros(4, dtype=torch.long)
@@ -143,8 +143,7 @@ def setting_step_times(settings: Mapping[str, Mapping], *, steps: int = 10, batc
     whole("steps", steps)
     whole("batch_size", batch_size)
     whole("warmup", warmup, minimum=0)
-    generator = torch.Generator().manual_seed(dist.get_rank())
-    X, y = torch.randn(batch_size, 256, generator=generator), torch.randint(0, 10, (batch_size,), generator=generator)
+    X, y = timing_batch(batch_size)
     runs = {}
     for name, arguments in settings.items():
         model = DistributedDataParallel(timing_model(), **arguments)

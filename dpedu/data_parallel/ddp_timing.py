@@ -37,6 +37,12 @@ def timing_model(seed: int = 0) -> nn.Sequential:
     return nn.Sequential(*layers, nn.Linear(widths[-1], 10))
 
 
+def timing_batch(batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The inputs and labels this rank trains the timing model on: its own, drawn from a seed of its rank."""
+    generator = torch.Generator().manual_seed(dist.get_rank())
+    return torch.randn(batch_size, 256, generator=generator), torch.randint(0, 10, (batch_size,), generator=generator)
+
+
 def _check_versions(versions: Sequence[str]) -> None:
     if isinstance(versions, str) or not set(versions) <= set(VERSIONS) or not versions:
         raise ValueError(f"versions must be a list of some of {VERSIONS}, got {versions!r}")
@@ -67,8 +73,7 @@ def step_times(versions: Sequence[str] = VERSIONS, *, steps: int = 10, batch_siz
     whole("batch_size", batch_size)
     whole("warmup", warmup, minimum=0)
     real("bucket_cap_mb", bucket_cap_mb, above=0)
-    generator = torch.Generator().manual_seed(dist.get_rank())
-    X, y = torch.randn(batch_size, 256, generator=generator), torch.randint(0, 10, (batch_size,), generator=generator)
+    X, y = timing_batch(batch_size)
     runs = {}
     for version in versions:
         model = timing_model()
@@ -113,8 +118,7 @@ def all_reduce_sizes(versions: Sequence[str] = VERSIONS, *, steps: int = 3, buck
     whole("batch_size", batch_size)
     if bucket_cap_mb is not None:
         real("bucket_cap_mb", bucket_cap_mb, above=0)
-    generator = torch.Generator().manual_seed(dist.get_rank())
-    X, y = torch.randn(batch_size, 256, generator=generator), torch.randint(0, 10, (batch_size,), generator=generator)
+    X, y = timing_batch(batch_size)
     sizes: dict[str, list[list[int]]] = {}
     for version in versions:
         model = timing_model()

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import os
 
-import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import ProfilerActivity, profile
 
 from dpedu._validate import real, whole
-from dpedu.data_parallel.ddp_timing import timing_model
+from dpedu.data_parallel.ddp_timing import timing_batch, timing_model
 from dpedu.runtime.stderr import captured_stderr
 
 ALL_REDUCE = "gloo:all_reduce"
@@ -40,9 +39,7 @@ def profile_ddp_steps(trace_path: str | os.PathLike[str], *, steps: int = 3, buc
     whole("steps", steps)
     real("bucket_cap_mb", bucket_cap_mb, above=0)
     whole("batch_size", batch_size)
-    generator = torch.Generator().manual_seed(dist.get_rank())
-    X = torch.randn(batch_size, 256, generator=generator)
-    y = torch.randint(0, 10, (batch_size,), generator=generator)
+    X, y = timing_batch(batch_size)
     model = DistributedDataParallel(timing_model(), bucket_cap_mb=bucket_cap_mb)
     timelines = []
     for step in range(steps):
