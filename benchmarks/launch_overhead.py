@@ -1,33 +1,48 @@
 """How long dpedu.launch takes to get ranks ready for their first collective, per start method.
 
-    .venv/bin/python benchmarks/launch_overhead.py [--repeats 5] [--methods fork forkserver spawn]
+    .venv/bin/python benchmarks/launch_overhead.py [--repeats 5] [--methods fork forkserver spawn] [--work ddp]
 
 For each start method and world size it prints the median over repeats of: "ready", from the call
-to every rank having finished a first barrier, and "total", the whole call with teardown. The first
+to every rank having finished a first barrier, and "total", the whole call with teardown, the ranks
+doing ``--work`` after the barrier: nothing (default), one all-reduce, or wrapping a small model in DDP
+and taking one step (``ddp``, what a lesson's cell does; classroom.py's step). The first
 launch of each method is timed apart ("first"), since a forkserver pays for importing torch once,
 in that launch; the medians are over the launches after it.
-Targets (COURSE.md, issue 11): 2 ranks ready in <= 1 s on Linux by fork; on the fallback path
-(forkserver), every launch after the first <= 0.3 s for 2 ranks.
+Targets (COURSE.md): 2 ranks ready in <= 1 s on Linux by fork; on the fallback path (forkserver),
+every launch after the first <= 0.3 s for 2 ranks; with ``--work ddp``, every launch after the first
+<= 0.15 s (issue 31; spawn cannot: each spawned rank imports torch afresh).
 """
 
 import argparse
 import statistics
 import time
 
+import torch
 import torch.distributed as dist
+from classroom import ddp_step
 
 from dpedu import launch
 
 
-def first_collective() -> float:
+def all_reduce_once() -> None:
+    dist.all_reduce(torch.ones(1))
+
+
+WORK = {"none": lambda: None, "all-reduce": all_reduce_once, "ddp": ddp_step}
+
+
+def first_collective(work: str) -> float:
+    """The time every rank was ready (after a first barrier); then the work a cell would do."""
     dist.barrier()
-    return time.time()
+    ready = time.time()
+    WORK[work]()
+    return ready
 
 
-def timed(method: str, world_size: int) -> tuple[float, float]:
+def timed(method: str, world_size: int, work: str) -> tuple[float, float]:
     start = time.time()
-    finished = launch(first_collective, world_size, start_method=method)
-    return max(finished) - start, time.time() - start
+    ready = launch(first_collective, world_size, args=(work,), start_method=method)
+    return max(ready) - start, time.time() - start
 
 
 def main() -> None:
@@ -35,13 +50,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--methods", nargs="+", default=["fork", "forkserver", "spawn"])
     parser.add_argument("--world-sizes", nargs="+", type=int, default=[2, 4])
+    parser.add_argument("--work", choices=WORK, default="none", help="what the ranks do after the barrier")
     options = parser.parse_args()
     print(f"{'start method':>12} {'ranks':>5} {'first (s)':>10} {'ready (s)':>10} {'total (s)':>10}"
-          f"   median of {options.repeats} after the first")
+          f"   median of {options.repeats} after the first; work: {options.work}")
     for method in options.methods:
         for world_size in options.world_sizes:
-            first = timed(method, world_size)[1]
-            ready, total = zip(*(timed(method, world_size) for _ in range(options.repeats)), strict=True)
+            first = timed(method, world_size, options.work)[1]
+            ready, total = zip(*(timed(method, world_size, options.work) for _ in range(options.repeats)),
+                               strict=True)
             print(f"{method:>12} {world_size:>5} {first:>10.3f} {statistics.median(ready):>10.3f} "
                   f"{statistics.median(total):>10.3f}", flush=True)
 

@@ -86,6 +86,8 @@ def _import_preload() -> None:
 
 
 # Where ranks will be forked from this process, import PRELOAD with dpedu (the first cell of a lesson),
-# so that the first launch is as quick as the next ones.
-if choose_start_method()[0] == "fork":
+# so that the first launch is as quick as the next ones. Not in a process that multiprocessing spawned (a
+# rank, a DataLoader worker; named before it imports anything): it launches nothing, and a spawned rank
+# would pay ~1 s for the import whether or not its function uses DDP.
+if mp.current_process().name == "MainProcess" and choose_start_method()[0] == "fork":
     _import_preload()

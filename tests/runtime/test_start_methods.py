@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+import dpedu
 from dpedu.runtime.start_methods import PRELOAD, choose_start_method
 
 
@@ -93,3 +94,14 @@ def test_a_forking_kernel_imports_the_preload_with_dpedu_and_a_spawning_one_does
         assert run.returncode == 0, run.stderr
         printed[method] = run.stdout.strip()
     assert printed == {"fork": "True", "spawn": "False"}  # spawned ranks would import it again for nothing
+
+
+def _preloaded() -> bool:
+    return "torch._dynamo" in sys.modules
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_rank_finds_the_preload_where_it_was_forked_and_a_spawned_one_does_not_import_it(method):
+    # Spawned by request on a machine that forks: the rank's own import of dpedu must not preload
+    # (a launch of a plain all-reduce took 1.8 s instead of 1.0 s when it did).
+    assert dpedu.launch(_preloaded, 2, start_method=method) == [method == "fork"] * 2
