@@ -1,0 +1,226 @@
+"""`./course` runs under macOS's own /bin/bash, which is bash 3.2, and as a user who is not root.
+
+macOS ships bash 3.2 as /bin/bash (later versions are GPLv3), and `#!/usr/bin/env bash` finds it on a Mac
+without Homebrew's bash, whatever the login shell (zsh included). CI runs bash 5 on Linux, as root, and
+cannot see what 3.2 refuses: the launcher once ran under `set -u` and expanded `"${root[@]}"`, an empty
+array for anyone but root, and bash before 4.4 stopped with "root[@]: unbound variable" before JupyterLab
+opened. So the script's text is checked for what bash 3.2 refuses or mishandles (arrays at all, and what
+came with bash 4), and that check is shown to catch the original script. The behavioural tests run the
+script with each bash found here (/bin/bash, the one on PATH, and DPEDU_TEST_BASH if set, e.g. a bash 3.2
+built from source), against a stand-in venv whose python and jupyter only record how they were called,
+so nothing is installed; and, where this runs as root and setpriv exists, as the user nobody.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+COURSE = ROOT / "course"
+BEFORE_THE_FIX = "fc68e96e97f625131e974fa6202072990a0d8f27"  # HEAD when the bash 3.2 failure was reported
+
+# (pattern, what it is): each needs bash 4 or later, or is an array (which bash 3.2 under `set -u` cannot
+# expand when empty). Comments are removed before matching, so the script may name them.
+NOT_IN_BASH_3_2 = [
+    (r"\$\{[#!]?[A-Za-z_]\w*\[", "an array expansion, ${name[@]} or ${name[i]}"),
+    (r"(?<![\w$])[A-Za-z_]\w*\+?=\(", "an array assignment, name=( or name+=("),
+    (r"(?<![\w$])[A-Za-z_]\w*\[[^\]]*\]\+?=", "an array element assignment, name[i]="),
+    (r"\b(declare|typeset|local|readonly|export)\s+-\w*[aAn]", "declare -a/-A/-n (arrays, namerefs)"),
+    (r"\bread\s+(-\w+\s+)*-\w*a", "read -a (an array)"),
+    (r"\b(mapfile|readarray|coproc)\b", "mapfile, readarray or coproc (bash 4)"),
+    (r"\$\{[A-Za-z_]\w*(,|\^)", "case modification ${var,,} ${var^^} (bash 4)"),
+    (r"\$\{[A-Za-z_]\w*@[QEPAaKkUuL]\}", "a ${var@Q} transformation (bash 4.4)"),
+    (r"\$\{![A-Za-z_]\w*[@*]\}", "${!prefix@} (names by prefix)"),
+    (r"\|&", "|& (bash 4)"),
+    (r"&>>", "&>> (bash 4)"),
+    (r";;?&", ";& or ;;& case fall-through (bash 4)"),
+    (r"(\[\[?|\btest)\s+-v\s", "[[ -v name ]] (bash 4.2)"),
+    (r"\bwait\s+-n\b", "wait -n (bash 4.3)"),
+    (r"\b(globstar|lastpipe|autocd|compat\d+)\b", "a bash 4 shopt"),
+    (r"(?<!\$)\{[A-Za-z_]\w*\}[<>]", "{fd}> redirection (bash 4.1)"),
+    (r"\bEPOCH(SECONDS|REALTIME)\b|\bBASH_ARGV0\b", "a bash 5 variable"),
+]
+
+
+def bash_3_2_problems(script: str) -> list[str]:
+    """Each line of `script` that uses something bash 3.2 refuses or mishandles, with what it is."""
+    problems = []
+    for number, line in enumerate(script.splitlines(), 1):
+        code = re.sub(r"(^|\s)#.*", "", line)  # a comment, not $# or ${#x}
+        problems += [f"line {number}: {what}: {line.strip()}"
+                     for pattern, what in NOT_IN_BASH_3_2 if re.search(pattern, code)]
+    return problems
+
+
+def test_the_script_uses_nothing_bash_3_2_lacks():
+    assert bash_3_2_problems(COURSE.read_text()) == []
+
+
+def test_the_check_catches_the_original_failure():
+    original = 'root=(); [ "$(id -u)" = 0 ] && root=(--allow-root)\n' \
+               'exec "$venv/bin/jupyter" lab notebooks/ "${root[@]}" "${@:2}" ;;\n'
+    found = bash_3_2_problems(original)
+    assert any("array assignment" in problem for problem in found)
+    assert any("array expansion" in problem and "line 2" in problem for problem in found)
+    assert bash_3_2_problems('echo "$# args: $*" "${@:2}" "${#name}"  # ${name[@]}; x=$(date)') == []
+    for bash_4 in ("declare -A seen", "mapfile -t lines < f", 'echo "${v,,}"', "cmd |& tee log",
+                   "cmd &>> log", "a) x ;;&", "b) y ;&", "[[ -v HOME ]]", "coproc cat", 'echo "${x[-1]}"',
+                   'echo "${!DPEDU_@}"', "local -a list"):
+        assert bash_3_2_problems(bash_4), bash_4
+
+
+def test_the_check_catches_the_script_before_the_fix():
+    if not shutil.which("git") or not (ROOT / ".git").exists():
+        pytest.skip("no git checkout to read the script before the fix from")
+    before = subprocess.run(["git", "show", f"{BEFORE_THE_FIX}:course"], cwd=ROOT, capture_output=True, text=True)
+    if before.returncode:
+        pytest.skip(f"commit {BEFORE_THE_FIX[:7]} is not in this clone: {before.stderr.strip()}")
+    assert any('"${root[@]}"' in problem for problem in bash_3_2_problems(before.stdout))
+
+
+def bashes() -> list[str]:
+    """The bashes here, each once: DPEDU_TEST_BASH if set, /bin/bash (3.2 on a Mac), the one on PATH."""
+    found = [os.environ.get("DPEDU_TEST_BASH"), "/bin/bash", shutil.which("bash")]
+    return list(dict.fromkeys(os.path.realpath(path) for path in found if path and os.access(path, os.X_OK)))
+
+
+def bash_version(bash: str) -> str:
+    return subprocess.run([bash, "-c", "echo $BASH_VERSION"], capture_output=True, text=True).stdout.strip()
+
+
+each_bash = pytest.mark.parametrize("bash", bashes(), ids=bash_version)
+
+STUB = """#!/bin/sh
+# A stand-in for the venv's {name}: it records each call, one tab-separated line, and pip answers.
+(IFS='\t'; echo "{name}\t$*") >> "$(dirname "$0")/../calls"
+[ "$1 $2 $3" = "-m pip --version" ] && echo "pip 0 (stand-in)"
+exit 0
+"""
+
+
+@pytest.fixture
+def venv():
+    """A stand-in venv that anyone may use, nobody included: bin/python, bin/jupyter and a log of calls."""
+    folder = Path(tempfile.mkdtemp(prefix="dpedu-course-test-"))
+    (folder / "bin").mkdir()
+    for name in ("python", "jupyter"):
+        (folder / "bin" / name).write_text(STUB.format(name=name))
+        (folder / "bin" / name).chmod(0o755)
+    (folder / "calls").touch()
+    for path in (folder, folder / "calls"):
+        path.chmod(path.stat().st_mode | stat.S_IRWXO | stat.S_IRWXG)
+    yield folder
+    shutil.rmtree(folder)
+
+
+def calls(venv: Path) -> list[list[str]]:
+    """What the stand-ins were asked, pip's health check left out, and the log emptied."""
+    lines = (venv / "calls").read_text().splitlines()
+    (venv / "calls").write_text("")
+    return [line.split("\t") for line in lines if line != "python\t-m\tpip\t--version"]
+
+
+def course(bash: str, venv: Path, *args: str, user: list[str] | None = None, **env: str):
+    """./course args, run by `bash` with nothing from this environment but PATH (env -i), as `user` if given."""
+    path = f"{Path(bash).parent}:/usr/bin:/bin"
+    command = [*(user or []), "env", "-i", f"PATH={path}", f"DPEDU_VENV={venv}",
+               *(f"{name}={value}" for name, value in env.items()), bash, str(COURSE), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+
+@each_bash
+def test_it_parses(bash):
+    run = subprocess.run([bash, "-n", str(COURSE)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+
+
+@each_bash
+@pytest.mark.parametrize("args", [(), ("nonsense",)])
+def test_without_a_known_command_it_prints_its_usage_and_exits_2(bash, venv, args):
+    run = course(bash, venv, *args)
+    assert run.returncode == 2 and run.stderr.startswith("usage: ./course lab"), run.stderr
+    assert calls(venv) == []
+
+
+@each_bash
+def test_lab_installs_requirements_once_and_test_adds_the_test_tools(bash, venv):
+    as_root = ["--allow-root"] if os.geteuid() == 0 else []
+    install = ["python", "-m", "pip", "install", "--disable-pip-version-check", "-r"]
+
+    first = course(bash, venv, "lab", "--port", "9999")
+    assert first.returncode == 0, first.stderr
+    assert "Installing requirements.txt" in first.stderr and " GB" in first.stderr  # no torch in it: its size
+    assert calls(venv) == [[*install, "requirements.txt", "-e", "."],
+                           ["jupyter", "lab", "notebooks/", *as_root, "--port", "9999"]]
+    assert course(bash, venv, "lab").returncode == 0
+    assert calls(venv) == [["jupyter", "lab", "notebooks/", *as_root]]
+
+    (venv / "lib" / "python3.99" / "site-packages" / "torch").mkdir(parents=True)
+    more = course(bash, venv, "test", "-x", "tests/")
+    assert more.returncode == 0 and " GB" not in more.stderr, more.stderr  # torch is there: no size to warn of
+    assert calls(venv) == [[*install, "requirements-test.txt", "-e", "."], ["python", "-m", "pytest", "-x", "tests/"]]
+    assert course(bash, venv, "check-gpu", "--help").returncode == 0
+    assert calls(venv) == [["python", "-m", "dpedu.gpu_check", "--help"]]
+    assert course(bash, venv, "lab").returncode == 0
+    assert calls(venv) == [["jupyter", "lab", "notebooks/", *as_root]]
+
+
+@each_bash
+def test_kernel_registers_the_venv_for_this_user_or_where_told(bash, venv):
+    register = ["python", "-m", "ipykernel", "install", "--name", "dpedu", "--display-name", "Python (dpedu course)"]
+    run = course(bash, venv, "kernel")
+    assert run.returncode == 0, run.stderr
+    assert calls(venv)[-1] == [*register, "--user"]
+    assert "Python (dpedu course)" in run.stdout
+    assert course(bash, venv, "kernel", "--prefix", "/opt/hub").returncode == 0
+    assert calls(venv) == [[*register, "--prefix", "/opt/hub"]]  # installed already, and no --user
+
+
+@each_bash
+def test_wheel_builds_the_package_alone_and_installs_nothing(bash, venv):
+    run = course(bash, venv, "wheel")
+    assert run.returncode == 0, run.stderr
+    build = ["python", "-m", "pip", "wheel", "--disable-pip-version-check", "--no-deps", "-w", "dist", "."]
+    assert calls(venv) == [build]
+    version = re.search(r'^version = "(.+)"$', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
+    assert f"pip install dist/dpedu-{version}-py3-none-any.whl" in run.stdout
+
+
+@each_bash
+def test_a_venv_without_pip_is_reported_with_its_repair(bash, venv):
+    (venv / "bin" / "python").write_text("#!/bin/sh\nexit 1\n")
+    run = course(bash, venv, "lab")
+    assert run.returncode == 1 and "rm -rf" in run.stderr and "python3-venv" in run.stderr, run.stderr
+    assert "lab" not in (venv / "calls").read_text()
+
+
+@each_bash
+def test_a_python_whose_venv_cannot_make_one_gets_the_debian_hint(bash, venv, tmp_path):
+    python = tmp_path / "python3"
+    python.write_text('#!/bin/sh\n[ "$1" = -c ] && exit 0\necho "ensurepip is not available" >&2\nexit 1\n')
+    python.chmod(0o755)
+    run = course(bash, tmp_path / "no-venv-yet", "lab", PYTHON=str(python))
+    assert run.returncode == 1 and "apt install python3-venv" in run.stderr, run.stderr
+
+
+@each_bash
+def test_lab_as_a_user_who_is_not_root(bash, venv):
+    """The path that failed: as anyone but root, lab passes no --allow-root (CI runs as root)."""
+    if os.geteuid() != 0:
+        pytest.skip("not root: the other tests already run ./course as a user who is not root")
+    if not shutil.which("setpriv"):
+        pytest.skip("no setpriv to become the user nobody")
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    if subprocess.run([*nobody, bash, "-c", f"test -r {COURSE} -a -x {ROOT}"]).returncode:
+        pytest.skip(f"the user nobody cannot read {COURSE}")
+    run = course(bash, venv, "lab", "--no-browser", user=nobody)
+    assert run.returncode == 0, run.stderr
+    assert calls(venv)[-1] == ["jupyter", "lab", "notebooks/", "--no-browser"]
