@@ -18,10 +18,11 @@ Public API (stable names that notebooks and outside checks rely on):
 The rest lives in one folder per topic, each module named for its concept and readable in
 one sitting (each package's docstring lists its modules):
 - ``sgd``: lessons 01, 05, 06; ``data_parallel``: lessons 02, 03, 04, 07; ``cluster``: lesson 08;
-  ``beyond``: lesson 09; ``training_run``: lesson 10 (its notebook is still to come). These content
-  packages never import one another.
+  ``beyond``: lesson 09; ``training_run``: lesson 10. These content packages never import one another.
+- ``scripts``: the programs lessons start with torchrun, mpiexec or sbatch, run as modules
+  (``torchrun -m dpedu.scripts.train_ddp``) so that a lesson opened alone finds them.
 - ``runtime``: how ranks and commands are started, supervised and reaped (what every lesson uses, none teaches);
-  ``notebook``: ``show_source``, explorers, plotting, the course map.
+  ``notebook``: ``show_source``, explorers, plotting, the course map, every notebook's first cell.
 - At the top: ``datasets`` and ``models`` (what every part trains on), ``exercises.lessonNN`` (the exercises'
   checks), ``gpu_check`` (``./course check-gpu``).
 

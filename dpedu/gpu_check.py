@@ -1,7 +1,7 @@
 """The course's GPU self-check: ``./course check-gpu`` (``python -m dpedu.gpu_check``).
 
-CI has no GPU, so the GPU branches of the course (lessons 00, 02, 03, 04, 07, 09, ``train_ddp.py`` and
-lesson 10's ``train_addition.py``) are tested there only by faking what torch reports. On a machine with
+CI has no GPU, so the GPU branches of the course (lessons 00, 02, 03, 04, 07, 09, ``dpedu.scripts.train_ddp`` and
+lesson 10's ``dpedu.scripts.train_addition``) are tested there only by faking what torch reports. On a machine with
 GPUs this module runs them for real, each against the CPU reference its lesson uses, one line per check:
 PASS or FAIL, what it measured against which tolerance, and its time. A failing check does not stop the
 next; the exit code is 1 if any failed. Without a GPU it says so and exits 0. ``--record`` stores what the
@@ -126,7 +126,7 @@ def check_nccl_all_reduce() -> str:
 
 
 def train_ddp_result(stdout: str) -> tuple[str, float, bool]:
-    """The backend, parameter checksum and replica check that ``notebooks/train_ddp.py`` prints on rank 0."""
+    """The backend, parameter checksum and replica check that ``dpedu.scripts.train_ddp`` prints on rank 0."""
     found = re.search(r" on (\S+), .*parameter checksum (-?\d+\.\d+).*replicas identical: (True|False)", stdout)
     if found is None:
         raise CheckFailed(f"train_ddp.py printed no result: {stdout[-300:]!r}")
@@ -134,12 +134,11 @@ def train_ddp_result(stdout: str) -> tuple[str, float, bool]:
 
 
 def check_torchrun_train_ddp() -> str:
-    course_file("notebooks/train_ddp.py")
     ranks = min(2, start_methods.gpu_count())  # the script uses GPUs only when each local rank can have one
     env = {**os.environ, "OMP_NUM_THREADS": "1", **on_loopback()}  # as lesson 03 runs it
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}",
-               "notebooks/train_ddp.py", "--steps", "10", "--batch-size", str(64 // ranks)]
-    run = run_together([command], timeout=180, cwd=str(ROOT), env=env)[0]  # reaps torchrun's workers too
+               "-m", "dpedu.scripts.train_ddp", "--steps", "10", "--batch-size", str(64 // ranks)]
+    run = run_together([command], timeout=180, env=env)[0]  # reaps torchrun's workers too
     expect(run.returncode == 0, f"torchrun exited {run.returncode}:\n{run.stderr[-1500:]}")
     backend, got, identical = train_ddp_result(run.stdout)
     reference = digits_ddp.train(steps=10, batch_size=64, lr=0.1, ddp=False)  # lesson 03's reference
@@ -152,7 +151,7 @@ def check_torchrun_train_ddp() -> str:
 
 
 def train_addition_summary(stdout: str) -> dict:
-    """The JSON summary that ``notebooks/train_addition.py`` prints as the last line of rank 0's output."""
+    """The JSON summary that ``dpedu.scripts.train_addition`` prints as the last line of rank 0's output."""
     lines = stdout.strip().splitlines()
     try:
         summary = json.loads(lines[-1]) if lines else None
@@ -164,12 +163,11 @@ def train_addition_summary(stdout: str) -> dict:
 
 
 def check_torchrun_train_addition() -> str:
-    course_file("notebooks/train_addition.py")
     ranks = min(2, start_methods.gpu_count())  # the script uses GPUs only when each local rank can have one
     env = {**os.environ, "OMP_NUM_THREADS": "1", "DPEDU_QUIET": "1", **on_loopback()}  # as lesson 10 runs it
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}",
-               "notebooks/train_addition.py", "--steps", "100", "--warmup", "20"]
-    run = run_together([command], timeout=300, cwd=str(ROOT), env=env)[0]  # reaps torchrun's workers too
+               "-m", "dpedu.scripts.train_addition", "--steps", "100", "--warmup", "20"]
+    run = run_together([command], timeout=300, env=env)[0]  # reaps torchrun's workers too
     expect(run.returncode == 0, f"torchrun exited {run.returncode}:\n{run.stderr[-1500:]}")
     summary = train_addition_summary(run.stdout)
     losses = summary["losses"]

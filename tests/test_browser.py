@@ -32,7 +32,7 @@ from stored_outputs import differences
 from dpedu import free_port
 from dpedu.runtime.failures import leftover_processes
 
-playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright (requirements.txt)")
+playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright (requirements-test.txt)")
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted([*(ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"), *(ROOT / "notebooks").glob("appendix_*.ipynb")])
@@ -56,8 +56,7 @@ LAB_SETTINGS = {
 def lab(tmp_path_factory):
     """A JupyterLab server over a copy of the notebooks, as `./course lab` starts it, but headless."""
     work = tmp_path_factory.mktemp("lab")
-    shutil.copytree(ROOT / "notebooks", work / "notebooks")
-    shutil.copytree(ROOT / "images", work / "images")  # lessons show ../images/*.png
+    shutil.copytree(ROOT / "notebooks", work / "notebooks")  # nothing else: lessons need only dpedu
     for name, values in LAB_SETTINGS.items():
         (work / "settings" / name).parent.mkdir(parents=True, exist_ok=True)
         (work / "settings" / name).write_text(json.dumps(values))

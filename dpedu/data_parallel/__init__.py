@@ -1,7 +1,7 @@
 """Data parallelism itself: averaging gradients across replicas, by hand and with torch (lessons 02, 03, 04, 07).
 
 - ``nn_data_parallel``: ``torch.nn.DataParallel`` on the GPUs that are there (lesson 02).
-- ``digits_ddp``: the digits MLP trained by DDP on N ranks and as one process (lesson 03; ``train_ddp.py``).
+- ``digits_ddp``: the digits MLP trained by DDP on N ranks and as one process (lesson 03; ``dpedu.scripts.train_ddp``).
 - ``collectives``: all-reduce from point-to-point messages, three ways (lesson 04).
 - ``cost_model``: the α-β model of communication time, fitted to measurements (lesson 04).
 - ``mini_ddp``: DDP from scratch, per-parameter and bucketed (lesson 04).

@@ -228,7 +228,7 @@ lesson03.allreduce_calls(5, 3, True, 5)."""),
 lr/N = 0.004/4 = {VALUES[3, 3]}: DDP divides the sum of the ranks' (summed-loss) gradients by the world size, so DDP
 at lr moves like one process at lr/N (part 5). Check: lesson03.summed_loss_lr(4, 0.004, 0.001)."""),
     (3, 4): (RUBRIC, """
-From notebooks/: torchrun --standalone --nproc_per_node=1 train_ddp.py --steps 10 --batch-size 64.
+torchrun --standalone --nproc_per_node=1 -m dpedu.scripts.train_ddp --steps 10 --batch-size 64.
 Measured: "1 rank(s) on gloo, 10 steps of 1 x 64 examples: parameter checksum -0.83063, test accuracy 0.443,
 replicas identical: True"; the 2 × 32 run of "The same training under torchrun" printed the same checksum
 (both within 1e-4 of one process × 64; the last digits depend on the CPU). A good answer says why: one rank

@@ -97,7 +97,7 @@ def _is_check(statement: ast.stmt) -> bool:
 
 def _where(obj: Any) -> str:
     """The file ``obj`` is defined in: dpedu's own code relative to the repository, anything else by its
-    folder and name (a course script: ``notebooks/train_addition.py``), wherever the course was copied to."""
+    folder and name, wherever the course was copied to."""
     path = Path(inspect.getsourcefile(obj) or inspect.getfile(obj)).resolve()
     if path.is_relative_to(PACKAGE_ROOT):
         return path.relative_to(PACKAGE_ROOT).as_posix()

@@ -1,4 +1,5 @@
-"""Run several commands at once from a notebook (torchrun agents, mpirun), never leaving one behind.
+"""Run several commands at once from a notebook (torchrun agents, mpirun), never leaving one behind; find
+the programs pip installed (mpiexec) wherever it put them.
 
 Used in lessons 03 and 08.
 """
@@ -6,11 +7,15 @@ Used in lessons 03 and 08.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import sys
+import sysconfig
 import tempfile
 from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
+from pathlib import Path
 
 from dpedu._validate import real
 from dpedu.runtime.processes import Supervisor, has_exited, stop_and_reap
@@ -57,3 +62,22 @@ def run_together(commands: Sequence[Sequence[str]], *, timeout: float, cwd: str 
             err.seek(0)
         return [Finished(list(c), p.returncode, out.read(), err.read())
                 for c, p, (out, err) in zip(commands, processes, outputs, strict=True)]
+
+
+def installed_program(name: str) -> str:
+    """The path of the program ``name`` that pip installed for this Python (``mpiexec`` from the ``mpich``
+    wheel), wherever pip put it: next to the interpreter (a virtual environment), in the scripts folder of
+    its installation or of ``pip install --user`` (``~/.local/bin``, which a hosted notebook's PATH often
+    lacks), else on PATH. FileNotFoundError says what to install when there is none."""
+    if not isinstance(name, str) or not name or os.sep in name:
+        raise ValueError(f"name must be a program's name, such as 'mpiexec', got {name!r}")
+    folders = [Path(sys.executable).parent, Path(sysconfig.get_path("scripts"))]
+    user_scheme = sysconfig.get_preferred_scheme("user")
+    folders.append(Path(sysconfig.get_path("scripts", user_scheme)))
+    for folder in folders:
+        if (found := shutil.which(name, path=str(folder))) is not None:
+            return found
+    if (found := shutil.which(name)) is not None:
+        return found
+    raise FileNotFoundError(f"{name} is not installed for {sys.executable} (looked in {', '.join(map(str, folders))} "
+                            f"and on PATH): install the package that brings it (mpiexec: pip install mpich mpi4py)")

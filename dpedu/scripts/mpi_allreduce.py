@@ -1,4 +1,7 @@
-"""Allreduce with mpi4py, on NumPy arrays and on torch tensors: run with ``mpiexec -n 2 python mpi_allreduce.py``.
+"""Allreduce with mpi4py, on NumPy arrays and on torch tensors: lesson 08.
+
+    mpiexec -n 2 python -m dpedu.scripts.mpi_allreduce
+
 
 mpiexec starts the processes; MPI itself tells each its rank (no MASTER_ADDR, no port to agree on).
 A torch tensor on the CPU shares its memory with ``tensor.numpy()``, so MPI reduces it in place.

@@ -1,4 +1,4 @@
-"""torch.distributed (gloo) started by mpiexec: ``mpiexec -n 2 python mpi_torch.py``.
+"""torch.distributed (gloo) started by mpiexec: ``mpiexec -n 2 python -m dpedu.scripts.mpi_torch``.
 
 mpiexec gives each process its rank in its own variables (MPICH: PMI_RANK/PMI_SIZE, Open MPI:
 OMPI_COMM_WORLD_RANK/SIZE, Slurm's srun: SLURM_PROCID/SLURM_NTASKS); torch reads RANK and WORLD_SIZE.

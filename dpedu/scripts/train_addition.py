@@ -1,11 +1,12 @@
 """Train a small GPT to add multi-digit numbers with DistributedDataParallel: the script lesson 10 runs.
 
 One machine, CPUs (gloo) or one GPU per rank (nccl), any number of ranks, the same global batch:
-    torchrun --standalone --nproc-per-node=2 train_addition.py --steps 1000 --global-batch 64
+    torchrun --standalone --nproc-per-node=2 -m dpedu.scripts.train_addition --steps 1000 --global-batch 64
 Checkpoints every 250 steps; stop as if killed after step 600; then resume, mid-epoch, from step 500:
-    torchrun --standalone --nproc-per-node=2 train_addition.py --checkpoint ckpt.pt --checkpoint-every 250 \\
-        --stop-after-step 600
-    torchrun --standalone --nproc-per-node=2 train_addition.py --checkpoint ckpt.pt --checkpoint-every 250 --resume
+    torchrun --standalone --nproc-per-node=2 -m dpedu.scripts.train_addition \\
+        --checkpoint ckpt.pt --checkpoint-every 250 --stop-after-step 600
+    torchrun --standalone --nproc-per-node=2 -m dpedu.scripts.train_addition \\
+        --checkpoint ckpt.pt --checkpoint-every 250 --resume
 
 What it uses, each for real: DistributedSampler with set_epoch; gradient accumulation under no_sync
 (--accumulate K: each rank runs K micro-batches of --global-batch / (ranks x K) examples per step); warmup +

@@ -1,10 +1,11 @@
 """Train the digits network with DistributedDataParallel: the script lesson 03 runs under torchrun.
 
 One machine, two processes:
-    torchrun --standalone --nproc_per_node=2 train_ddp.py --steps 10 --batch-size 32
+    torchrun --standalone --nproc_per_node=2 -m dpedu.scripts.train_ddp --steps 10 --batch-size 32
 
 Two machines (run one line on each; HOST is the first machine's address, PORT a free port on it):
-    torchrun --nnodes=2 --nproc_per_node=1 --rdzv_backend=c10d --rdzv_endpoint=HOST:PORT --rdzv_id=job1 train_ddp.py
+    torchrun --nnodes=2 --nproc_per_node=1 --rdzv_backend=c10d --rdzv_endpoint=HOST:PORT --rdzv_id=job1 \\
+        -m dpedu.scripts.train_ddp
 
 torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT in every
 process; the script only has to call init_process_group. When every process on a machine can have a

@@ -2,7 +2,7 @@
 
 One machine, two processes; if a worker dies, torchrun stops the others and starts them all again (once):
     TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc_per_node=2 --max-restarts=1 \\
-        train_resumable.py --steps 60 --checkpoint-every 20 --checkpoint ckpt.pt --final final.pt
+        -m dpedu.scripts.train_resumable --steps 60 --checkpoint-every 20 --checkpoint ckpt.pt --final final.pt
 
 Every run starts from the checkpoint at --checkpoint when there is one: delete it to start afresh.
 --kill-rank R --kill-at-step S makes rank R SIGKILL itself on reaching step S, on the first attempt only

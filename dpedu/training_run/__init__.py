@@ -1,6 +1,6 @@
 """Lesson 10: a real training run, end to end: a small GPT learns multi-digit addition on N ranks.
 
-Modules (the first eight used by ``notebooks/train_addition.py``, the torchrun script the lesson runs):
+Modules (the first eight used by ``dpedu.scripts.train_addition``, the torchrun script the lesson runs):
 - ``addition``: the data, generated from a seed: ``"12+39=150"`` (the sum written least significant digit
   first), disjoint training and held-out sets.
 - ``gpt``: a small GPT-style transformer (causal ``scaled_dot_product_attention``).

@@ -10,7 +10,7 @@ digits, so every sequence has the same length, ``3 * digits + 3``: no padding, n
 ``addition_splits`` draws distinct pairs (a, b) from a seed and splits them into a training set and a
 held-out set that share no pair; the same seed gives the same tensors on every machine and every rank.
 
-Used in lesson 10 and by ``notebooks/train_addition.py``.
+Used in lesson 10 and by ``dpedu.scripts.train_addition``.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ or 4 ranks see the same examples at every step, and a resumed run can start mid-
 An epoch is ``examples // global_batch`` steps: the sampler's padding (repeated indices, added so that every
 rank's share has the same length) is never reached.
 
-Used in lesson 10 and by ``notebooks/train_addition.py``.
+Used in lesson 10 and by ``dpedu.scripts.train_addition``.
 """
 
 from __future__ import annotations

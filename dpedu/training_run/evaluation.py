@@ -13,7 +13,7 @@ a disjoint shard, *unpadded*; each rank counts (correct, examples) and one all-r
 its batches counts the repeats twice (lesson 03). Summing counts, not averaging per-rank means, also
 weighs shards of unequal length right: the result equals one process evaluating the whole set.
 
-Used in lesson 10 and by ``notebooks/train_addition.py``.
+Used in lesson 10 and by ``dpedu.scripts.train_addition``.
 """
 
 from __future__ import annotations

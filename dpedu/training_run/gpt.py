@@ -5,7 +5,7 @@ at most, so that one CPU core trains it in seconds. Attention is ``torch.nn.func
 scaled_dot_product_attention`` with ``is_causal=True``: position t attends to positions 0..t only, so
 the logits at t never depend on a later token (the tests check it).
 
-Used in lesson 10 and by ``notebooks/train_addition.py``.
+Used in lesson 10 and by ``dpedu.scripts.train_addition``.
 """
 
 from __future__ import annotations

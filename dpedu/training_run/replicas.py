@@ -6,7 +6,7 @@ of the global batch the step actually descended; one all-reduce of the per-step 
 against another run); ``random_states`` and ``restore_random_states`` let a checkpoint hold every rank's
 random state (dropout draws differ per rank), so a resumed run draws what the uninterrupted one would have.
 
-Used in lesson 10 and by ``notebooks/train_addition.py``.
+Used in lesson 10 and by ``dpedu.scripts.train_addition``.
 """
 
 from __future__ import annotations

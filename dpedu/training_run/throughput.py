@@ -2,7 +2,7 @@
 
 Measured inside ranks started by ``dpedu.launch`` (every function here but the last two runs on every rank):
 - ``training_throughput``: samples per second of the real step (``step.train_step`` on the ``gpt.GPT`` of
-  ``notebooks/train_addition.py``, wrapped in DDP), warm-up steps excluded, on the CPU (gloo) or on one GPU
+  ``dpedu.scripts.train_addition``, wrapped in DDP), warm-up steps excluded, on the CPU (gloo) or on one GPU
   per rank (nccl);
 - ``matmul_seconds``: the time of a fixed amount of matmul work per rank, to see ranks × threads compete
   for cores (oversubscription);

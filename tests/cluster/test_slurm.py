@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from processes import alive, gone_within
 
+from dpedu import scripts
 from dpedu.cluster import slurm
 from dpedu.cluster.slurm import LocalCluster, local_cluster, unavailable_reason
 from dpedu.runtime.failures import leftover_processes
 
-LESSON = Path(__file__).resolve().parents[2] / "notebooks" / "lesson08"
 REASON = unavailable_reason()
 needs_slurm = pytest.mark.skipif(REASON is not None, reason=f"no local Slurm cluster here: {REASON}")
 
@@ -133,10 +133,10 @@ def test_a_job_not_ended_in_time_is_cancelled_and_one_that_ended_is_not(monkeypa
 
 
 def test_the_lesson_batch_script_is_valid_bash_and_asks_for_what_torchrun_needs():
-    script = (LESSON / "slurm_train.sbatch").read_text()
-    subprocess.run(["bash", "-n", str(LESSON / "slurm_train.sbatch")], check=True)
+    script = scripts.path("slurm_train.sbatch").read_text()
+    subprocess.run(["bash", "-n", str(scripts.path("slurm_train.sbatch"))], check=True)
     for line in ("#SBATCH --ntasks-per-node=1", "#SBATCH --cpus-per-task=2", "#SBATCH --output=",
-                 "--rdzv-id=\"$SLURM_JOB_ID\"", "--nproc_per_node=2", "../train_ddp.py"):
+                 "--rdzv-id=\"$SLURM_JOB_ID\"", "--nproc_per_node=2", "-m dpedu.scripts.train_ddp"):
         assert line in script
 
 

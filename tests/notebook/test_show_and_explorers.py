@@ -96,9 +96,9 @@ def test_methods_of_a_shown_class_are_folded_too():
 
 
 def _course_imports(tree: ast.Module) -> str:
-    """The cell's imports of dpedu and of the course's scripts beside the notebooks, one per line."""
+    """The cell's imports of dpedu (the course's scripts included: ``dpedu.scripts``), one per line."""
     def ours(name: str) -> bool:
-        return name.startswith("dpedu") or (NOTEBOOKS / f"{name}.py").exists()
+        return name.startswith("dpedu")
     return "\n".join(ast.unparse(node) for node in ast.walk(tree)
                      if isinstance(node, ast.ImportFrom) and ours(node.module or "")
                      or isinstance(node, ast.Import) and any(ours(alias.name) for alias in node.names))
@@ -128,11 +128,10 @@ def _shown_objects():
                 yield f"{notebook.name[:2]}: {expression}", eval(expression, namespace)
 
 
-def test_every_shown_object_is_found_in_loops_and_beside_the_notebooks(monkeypatch):
-    monkeypatch.syspath_prepend(str(NOTEBOOKS))
+def test_every_shown_object_is_found_in_loops_and_in_the_course_scripts():
     shown = [where for where, _ in _shown_objects()]
     assert "09: model_parallel.megatron_mlp" in shown  # shown in a loop over a tuple
-    assert "10: train_addition.train" in shown  # a course script beside the notebooks
+    assert "10: train_addition.train" in shown  # a course script (dpedu.scripts)
 
 
 def _guard_like(statement: ast.stmt, module_globals: dict) -> bool:
@@ -147,8 +146,7 @@ def _guard_like(statement: ast.stmt, module_globals: dict) -> bool:
     return False
 
 
-def test_no_function_a_lesson_shows_opens_with_argument_checks(monkeypatch):
-    monkeypatch.syspath_prepend(str(NOTEBOOKS))
+def test_no_function_a_lesson_shows_opens_with_argument_checks():
     opening_with_checks = []
     for where, obj in _shown_objects():
         lines, first = inspect.getsourcelines(obj)

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 from processes import gone_within
 
+from dpedu.runtime import commands
 from dpedu.runtime.commands import run_together
 
 
@@ -37,3 +38,33 @@ def test_works_where_python_has_no_waitid(monkeypatch):
     monkeypatch.delattr("os.waitid", raising=False)  # macOS before Python 3.13
     (run,) = run_together([[sys.executable, "-c", "print('done')"]], timeout=30)
     assert (run.stdout, run.returncode) == ("done\n", 0)
+
+
+def _program(folder, name="mpiexec"):
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text("#!/bin/sh\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_a_program_pip_put_in_the_user_scripts_folder_is_found_off_path(monkeypatch, tmp_path):
+    # pip install --user puts mpiexec in ~/.local/bin, which a hosted notebook's PATH often lacks
+    user_bin = _program(tmp_path / "user" / "bin")
+    monkeypatch.setattr(commands.sys, "executable", str(tmp_path / "venv" / "bin" / "python"))
+    monkeypatch.setattr(commands.sysconfig, "get_path",
+                        lambda name, scheme=None: str(tmp_path / ("user" if scheme else "base") / "bin"))
+    monkeypatch.setenv("PATH", str(tmp_path / "elsewhere"))
+    assert commands.installed_program("mpiexec") == user_bin
+    beside = _program(tmp_path / "venv" / "bin")  # a virtual environment's own comes first
+    assert commands.installed_program("mpiexec") == beside
+
+
+def test_a_missing_program_says_where_it_looked_and_what_to_install(monkeypatch, tmp_path):
+    monkeypatch.setattr(commands.sys, "executable", str(tmp_path / "venv" / "bin" / "python"))
+    monkeypatch.setattr(commands.sysconfig, "get_path", lambda name, scheme=None: str(tmp_path / "none"))
+    monkeypatch.setenv("PATH", str(tmp_path / "elsewhere"))
+    with pytest.raises(FileNotFoundError, match=r"mpiexec is not installed for .* pip install mpich mpi4py"):
+        commands.installed_program("mpiexec")
+    with pytest.raises(ValueError, match="name must be a program's name"):
+        commands.installed_program("bin/mpiexec")

@@ -1,19 +1,17 @@
-"""notebooks/train_addition.py under torchrun: 1 and 2 ranks at the same global batch are the same run (to
+"""dpedu.scripts.train_addition under torchrun: 1 and 2 ranks at the same global batch are the same run (to
 float rounding); stopped mid-epoch and resumed, a run ends bit-identical to an uninterrupted one; bad
 arguments fail fast, saying which argument is wrong."""
 
-import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from dpedu.runtime.commands import run_together
 from dpedu.runtime.rendezvous import loopback_interface
+from dpedu.scripts import train_addition
 
-NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 # CPU ranks with one thread each, talking over loopback, as in lesson 03; no progress bar.
 ENV = {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "DPEDU_QUIET": "1",
        **({"GLOO_SOCKET_IFNAME": lo} if (lo := loopback_interface()) else {})}
@@ -22,7 +20,7 @@ SHORT = ["--steps", "150", "--warmup", "20", "--train-examples", "2000"]  # 31 s
 
 def torchrun(ranks: int, *arguments: str) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
-            "train_addition.py", *arguments]
+            "-m", "dpedu.scripts.train_addition", *arguments]
 
 
 def summary(finished) -> dict:
@@ -34,7 +32,7 @@ def test_one_and_two_ranks_at_the_same_global_batch_are_the_same_run():
     # --noise-scale on 2 ranks: its hook must leave the run exactly as it is without it
     one, two, unhooked = (summary(f) for f in run_together(
         [torchrun(1, *SHORT), torchrun(2, *SHORT, "--noise-scale"), torchrun(2, *SHORT)],
-        timeout=180, cwd=str(NOTEBOOKS), env=ENV))
+        timeout=180, env=ENV))
     assert two["losses"] == unhooked["losses"] and two["checksum"] == unhooked["checksum"]
     assert (one["world_size"], two["world_size"], two["micro_batch"], two["backend"]) == (1, 2, 32, "gloo")
     assert len(one["losses"]) == len(two["losses"]) == 150 and two["replicas_identical"]
@@ -58,13 +56,13 @@ def test_a_run_stopped_mid_epoch_and_resumed_ends_bit_identical_to_an_uninterrup
     run = [*SHORT, "--dropout", "0.1", "--accumulate", "2", "--checkpoint-every", "40"]
     stopped, whole = (torchrun(2, *run, "--checkpoint", str(tmp_path / name), *extra)
                       for name, extra in (("stopped.pt", ["--stop-after-step", "100"]), ("whole.pt", [])))
-    first, uninterrupted = run_together([stopped, whole], timeout=120, cwd=str(NOTEBOOKS), env=ENV)
+    first, uninterrupted = run_together([stopped, whole], timeout=120, env=ENV)
     # Stopped after step 100 "as if killed": the last checkpoint is step 80, epoch 2 at step 18 of 31.
     assert summary(first) == {"stopped_after_step": 100, "checkpoint_step": 80}
     checkpoint = torch.load(tmp_path / "stopped.pt", weights_only=True)
     assert (checkpoint["step"], checkpoint["epoch"], checkpoint["position"]) == (80, 2, 18)
     (resumed,) = run_together([torchrun(2, *run, "--checkpoint", str(tmp_path / "stopped.pt"), "--resume")],
-                              timeout=120, cwd=str(NOTEBOOKS), env=ENV)
+                              timeout=120, env=ENV)
     resumed, uninterrupted = summary(resumed), summary(uninterrupted)
     assert resumed["resumed_from_step"] == 80 and uninterrupted["resumed_from_step"] == 0
     assert resumed["losses"] == uninterrupted["losses"] and resumed["checksum"] == uninterrupted["checksum"]
@@ -79,17 +77,10 @@ def test_a_run_stopped_mid_epoch_and_resumed_ends_bit_identical_to_an_uninterrup
 def test_a_global_batch_the_ranks_cannot_split_and_a_missing_checkpoint_fail_with_clear_errors(tmp_path):
     bad_batch, no_checkpoint = run_together(
         [torchrun(2, "--global-batch", "63"), torchrun(1, "--resume", "--checkpoint", str(tmp_path / "none.pt"))],
-        timeout=120, cwd=str(NOTEBOOKS), env=ENV)
+        timeout=120, env=ENV)
     assert bad_batch.returncode != 0
     assert "--global-batch 63 must be a multiple of ranks x --accumulate = 2 x 1 = 2" in bad_batch.stderr
     assert no_checkpoint.returncode != 0 and "there is no checkpoint at" in no_checkpoint.stderr
-
-
-def script():
-    spec = importlib.util.spec_from_file_location("train_addition", NOTEBOOKS / "train_addition.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize(("arguments", "message"), [
@@ -101,7 +92,7 @@ def script():
 ])
 def test_bad_arguments_are_refused_before_any_rank_starts(arguments, message, capsys):
     with pytest.raises(SystemExit) as exit:
-        script().arguments(arguments)
+        train_addition.arguments(arguments)
     assert exit.value.code == 2 and message in capsys.readouterr().err
 
 

@@ -1,13 +1,10 @@
-"""notebooks/train_ddp.py under torchrun: 2 ranks x 16 examples equal 1 rank x 32."""
+"""dpedu.scripts.train_ddp under torchrun: 2 ranks x 16 examples equal 1 rank x 32."""
 
 import re
 import sys
-from pathlib import Path
 
 from dpedu.runtime import rendezvous
 from dpedu.runtime.commands import run_together
-
-NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 
 def cpu_ranks_on_loopback() -> dict[str, str]:
@@ -18,8 +15,8 @@ def cpu_ranks_on_loopback() -> dict[str, str]:
 
 def torchrun(processes: int, batch_size: int) -> str:
     (run,) = run_together([[sys.executable, "-m", "torch.distributed.run", "--standalone",
-                            f"--nproc_per_node={processes}", "train_ddp.py", "--steps", "5",
-                            "--batch-size", str(batch_size)]], timeout=180, cwd=str(NOTEBOOKS),
+                            f"--nproc_per_node={processes}", "-m", "dpedu.scripts.train_ddp", "--steps", "5",
+                            "--batch-size", str(batch_size)]], timeout=180,
                           env=cpu_ranks_on_loopback())
     assert run.returncode == 0, run.stderr
     return run.stdout

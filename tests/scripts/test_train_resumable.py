@@ -1,4 +1,4 @@
-"""notebooks/lesson08/train_resumable.py under torchrun: a run whose rank 1 is SIGKILLed, restarted by
+"""dpedu.scripts.train_resumable under torchrun: a run whose rank 1 is SIGKILLed, restarted by
 torchrun from the last checkpoint, ends with exactly the parameters of a run that never failed."""
 
 import sys
@@ -9,7 +9,6 @@ import torch
 from dpedu.runtime.commands import run_together
 from dpedu.runtime.rendezvous import on_loopback
 
-LESSON = Path(__file__).resolve().parents[2] / "notebooks" / "lesson08"
 # CPU ranks talking over loopback, as in lesson 03; the last variable lets a restart form its process
 # group (the script's docstring says why).
 ENV = {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", **on_loopback(), "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
@@ -17,7 +16,7 @@ ENV = {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", **on_loopback(), "TOR
 
 def torchrun(directory: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "--max-restarts=1",
-            "train_resumable.py", "--steps", "30", "--checkpoint-every", "10",
+            "-m", "dpedu.scripts.train_resumable", "--steps", "30", "--checkpoint-every", "10",
             "--checkpoint", str(directory / "checkpoint.pt"), "--final", str(directory / "final.pt"), *extra]
 
 
@@ -27,7 +26,7 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_ends_like_an_uninterrupted
     whole.mkdir()
     # Both at once (each --standalone picks a free port of its own): the test takes one run's time.
     a, b = run_together([torchrun(killed, "--kill-rank", "0", "--kill-at-step", "25"), torchrun(whole)],
-                        timeout=120, cwd=str(LESSON), env=ENV)
+                        timeout=120, cwd=str(tmp_path), env=ENV)
     assert a.returncode == 0, a.stderr[-3000:]
     assert b.returncode == 0, b.stderr[-3000:]
     # torchrun saw the SIGKILL, then restarted. Rank 0 is the one killed: torchrun names the failure it saw
