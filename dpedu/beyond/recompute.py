@@ -2,11 +2,14 @@
 
 Without it, autograd keeps every tensor a block's backward needs from forward to backward. With
 ``torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)`` it keeps only the block's input
-and runs the block's forward a second time during backward, just before that block's backward: the
-same gradients for one more forward. The non-reentrant variant (torch's recommended one) works under
-DDP and with inputs that need no gradient. ``step`` measures both sides: the bytes autograd keeps
-(counted with ``pipeline.saved_storages``, the parameters left out), the forwards each block runs and
-the time forward and backward take. Used in lesson 09 (part 7).
+and, during backward, just before that block's backward, runs the block's forward again, but only as far
+as backward needs: the non-reentrant checkpoint stops recomputing once the last tensor backward needs is
+saved again ("early stop", on by default; ``early_stop=False`` recomputes whole blocks). The gradients are
+the same. The non-reentrant variant (torch's recommended one) works under DDP and with inputs that need
+no gradient. ``step`` measures both sides: the bytes autograd keeps (counted with
+``pipeline.saved_storages``, the parameters left out), the matrix products torch actually runs in forward
+and in backward (the work; a recomputation stopped early runs fewer than a whole forward), and the time
+forward and backward take. Used in lesson 09 (part 7).
 """
 
 from __future__ import annotations
@@ -18,61 +21,76 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.checkpoint import checkpoint
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
 from dpedu._validate import tensor, whole
 from dpedu.beyond.pipeline import saved_storages
 
-__all__ = ["Blocks", "step", "train_ddp"]
+__all__ = ["Blocks", "CountMatmuls", "step", "train_ddp"]
 
 
 class Blocks(nn.Module):
     """``depth`` MLP blocks Linear(w, 4w) + GELU + Linear(4w, w), Megatron's MLP shape, each run through
-    ``checkpoint`` when ``recompute``; ``forwards`` counts the forward calls of every block."""
+    ``checkpoint`` when ``recompute`` (with torch's early stop unless ``early_stop=False``)."""
 
-    def __init__(self, width: int = 64, depth: int = 4, *, recompute: bool, seed: int = 0):
+    def __init__(self, width: int = 64, depth: int = 4, *, recompute: bool, early_stop: bool = True,
+                 seed: int = 0):
         super().__init__()
         whole("width", width)
         whole("depth", depth)
-        if not isinstance(recompute, bool):
-            raise TypeError(f"recompute must be True or False, got {recompute!r}")
+        for name, value in (("recompute", recompute), ("early_stop", early_stop)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be True or False, got {value!r}")
         torch.manual_seed(seed)
         self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(),
                                                   nn.Linear(4 * width, width)) for _ in range(depth))
-        self.recompute, self.forwards = recompute, 0
-        for block in self.blocks:
-            block.register_forward_pre_hook(self._count)
-
-    def _count(self, module, args):
-        self.forwards += 1
+        self.recompute, self.early_stop = recompute, early_stop
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for block in self.blocks:
-            x = checkpoint(block, x, use_reentrant=False) if self.recompute else block(x)
+        with set_checkpoint_early_stop(self.early_stop):
+            for block in self.blocks:
+                x = checkpoint(block, x, use_reentrant=False) if self.recompute else block(x)
         return x
+
+
+class CountMatmuls(TorchDispatchMode):
+    """Counts the matrix products torch runs while active (``aten.mm``, ``aten.addmm``), below autograd:
+    what is computed, recomputation included, not which modules were called. Every matmul of ``Blocks``
+    multiplies a (batch, w) or (w, batch) matrix by a w x 4w one, so they cost the same."""
+
+    MATMULS = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default)
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += func in self.MATMULS
+        return func(*args, **(kwargs or {}))
 
 
 def step(model: nn.Module, blocks: Blocks, x: torch.Tensor, y: torch.Tensor) -> dict:
     """One forward and backward of ``model`` (``blocks`` itself, or DDP around it) on ``x``, ``y``.
     Returns the bytes autograd kept from forward to backward for the blocks (the loss's own saved
-    tensors and the parameters left out), the forward calls of the blocks and the seconds of forward
-    and of backward."""
+    tensors and the parameters left out), the matrix products run in forward and in backward, and the
+    seconds of forward and of backward (the count's own overhead included, well under a millisecond here)."""
     if not isinstance(blocks, Blocks):
         raise TypeError(f"blocks must be a Blocks, got {type(blocks).__name__}")
     tensor("x", x, dim=2)
     tensor("y", y, dim=2)
     kept: dict[int, int] = {}
     params = {p.untyped_storage().data_ptr() for p in blocks.parameters()}
-    blocks.forwards = 0
     start = time.perf_counter()
-    with saved_storages(lambda t: kept, left_out=params):
+    with saved_storages(lambda t: kept, left_out=params), CountMatmuls() as forward:
         out = model(x)
     forward_s = time.perf_counter() - start
     loss = F.mse_loss(out, y)  # outside the count: the same whether the blocks recompute or not
     start = time.perf_counter()
-    loss.backward()
-    return {"kept_bytes": sum(kept.values()), "forwards": blocks.forwards, "forward_s": forward_s,
-            "backward_s": time.perf_counter() - start}
+    with CountMatmuls() as backward:
+        loss.backward()
+    return {"kept_bytes": sum(kept.values()), "forward_matmuls": forward.count, "backward_matmuls": backward.count,
+            "forward_s": forward_s, "backward_s": time.perf_counter() - start}
 
 
 def train_ddp(recompute: bool, *, steps: int = 6, width: int = 64, depth: int = 4, batch: int = 256,

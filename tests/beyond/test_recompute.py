@@ -5,23 +5,29 @@ from dpedu import launch
 from dpedu.beyond import recompute as rc
 
 
-def _one_step(recompute, depth=3, width=8, batch=5):
-    blocks = rc.Blocks(width, depth, recompute=recompute)
+def _one_step(recompute, depth=3, width=8, batch=5, early_stop=True):
+    blocks = rc.Blocks(width, depth, recompute=recompute, early_stop=early_stop)
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(batch, width, generator=g), torch.randn(batch, width, generator=g)
     measured = rc.step(blocks, blocks, x, y)
     return measured, [p.grad for p in blocks.parameters()]
 
 
-def test_checkpointing_keeps_only_each_blocks_input_runs_forward_twice_and_changes_no_gradient():
+def test_checkpointing_keeps_only_each_blocks_input_recomputes_what_backward_needs_and_changes_no_gradient():
     plain, plain_grads = _one_step(False)
     ckpt, ckpt_grads = _one_step(True)
+    whole, whole_grads = _one_step(True, early_stop=False)
     value = 4 * 5 * 8  # one (batch, width) float32 activation
     assert plain["kept_bytes"] == 3 * 9 * value  # input, 4w before GELU, 4w after, per block
-    assert ckpt["kept_bytes"] == 3 * value
-    assert (plain["forwards"], ckpt["forwards"]) == (3, 6)
-    for a, b in zip(ckpt_grads, plain_grads, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-6, atol=0)
+    assert ckpt["kept_bytes"] == whole["kept_bytes"] == 3 * value
+    # 3 blocks of 2 Linears: 6 matmuls forward; backward 2 per Linear, but none for the input's gradient
+    assert (plain["forward_matmuls"], plain["backward_matmuls"]) == (6, 11)
+    # early stop: each block's first Linear is recomputed, not its second (its input is saved first)
+    assert (ckpt["forward_matmuls"], ckpt["backward_matmuls"]) == (6, 11 + 3)
+    assert (whole["forward_matmuls"], whole["backward_matmuls"]) == (6, 11 + 6)  # one whole forward more
+    for a, b, c in zip(ckpt_grads, whole_grads, plain_grads, strict=True):
+        torch.testing.assert_close(a, c, rtol=1e-6, atol=0)
+        torch.testing.assert_close(b, c, rtol=1e-6, atol=0)
 
 
 def test_under_ddp_replicas_stay_identical_and_the_gradients_equal_those_without():
@@ -30,11 +36,12 @@ def test_under_ddp_replicas_stay_identical_and_the_gradients_equal_those_without
         assert torch.equal(a, b)
     for a, b in zip(ranks[0][True]["grads"], ranks[0][False]["grads"], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=0)
-    assert [s["forwards"] for s in ranks[0][True]["steps"]] == [8, 8]
+    assert [s["backward_matmuls"] for s in ranks[0][True]["steps"]] == [4 * 4 - 1 + 4] * 2  # counted under DDP too
 
 
 @pytest.mark.parametrize(("call", "error", "name"), [
     (lambda: rc.Blocks(8, 2, recompute="yes"), TypeError, "recompute"),
+    (lambda: rc.Blocks(8, 2, recompute=True, early_stop=1), TypeError, "early_stop"),
     (lambda: rc.Blocks(0, 2, recompute=True), ValueError, "width"),
     (lambda: rc.step(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2), torch.ones(1, 2), torch.ones(1, 2)),
      TypeError, "blocks"),
