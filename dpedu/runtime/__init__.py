@@ -11,6 +11,7 @@
 - ``traffic``: the bytes this rank hands to ``torch.distributed``'s calls (lessons 04 and 09).
 - ``environment``: the machine report of lesson 00.
 - ``stderr``: what torch's C++ side writes to standard error, caught (lesson 04).
+- ``machine_load``: how much of the cores other programs leave, and timing claims judged by it (lessons 04-10).
 
 Nothing here imports the course's content packages.
 """
