@@ -53,3 +53,11 @@ def test_a_measurement_is_a_finite_positive_speed_up_and_bad_arguments_are_named
         parallel_speedup(1)
     with pytest.raises(ValueError, match="seconds must be a finite number > 0"):
         parallel_speedup(2, seconds=0)
+
+
+def test_each_unchecked_claim_is_recorded_where_the_busy_machine_benchmark_asks(monkeypatch, tmp_path, capsys):
+    record = tmp_path / "unchecked.txt"
+    monkeypatch.setenv("DPEDU_UNCHECKED_CLAIMS", str(record))
+    timing_claim(True, "4 ranks do not beat 2", expected="", seen="", machine=Machine(2, 1.2))
+    timing_claim(True, "checked", expected="", seen="", machine=Machine(2, 1.9))
+    assert record.read_text() == "4 ranks do not beat 2 (1.20x)\n"
