@@ -8,7 +8,8 @@ the notebooks hold exactly ``FIRST_CELL``). With dpedu installed it does nothing
   takes), a ``dpedu-*.whl`` uploaded next to the notebook or added to Kaggle as a dataset (under
   /kaggle/input), or ``PUBLISHED_AT``;
 - anywhere else, or with no source, it stops "Run All" with one line saying what to run.
-Installing dpedu never replaces a torch that is already there: dpedu asks only for a lower bound.
+An environment whose torch is older than the course's lower bound is told so first, everywhere: installing
+dpedu there would replace its torch.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ HOSTED = ("COLAB_RELEASE_TAG", "KAGGLE_KERNEL_RUN_TYPE")  # set in every Colab a
 TORCH_LOWEST = (2, 12)
 INSTRUCTION = (f"dpedu is not installed here: run `%pip install {WHEEL}` (the wheel `./course wheel` builds in a "
                "clone of the course, uploaded next to this notebook), or open the course with `./course lab` in a "
-               "clone; then run this cell again.")
+               "clone; then run this cell again (if it still says this, restart the kernel first).")
 
 
 def _wrapped(text: str, indent: int, width: int = 90) -> str:
@@ -52,21 +53,30 @@ try:
     import dpedu  # noqa: F401
 except ModuleNotFoundError:
     import glob
+    import importlib
     import os
     import subprocess
     import sys
-    from importlib.metadata import version
+    from importlib.metadata import PackageNotFoundError, version
 
+    try:
+        torch_version = version("torch")
+    except PackageNotFoundError:  # no torch at all: installing dpedu brings one
+        torch_version = "{".".join(map(str, TORCH_LOWEST))}"
+    if tuple(int(part) for part in torch_version.split(".")[:2]) < {TORCH_LOWEST!r}:  # never replace it
+        raise SystemExit(f"This environment's torch {{torch_version}} is older than the course's "
+                         "{".".join(map(str, TORCH_LOWEST))}, and installing dpedu would replace it: use a newer image "
+                         "(README: Which torch).") from None
     wheels = sorted(glob.glob("dpedu-*.whl") + glob.glob("/kaggle/input/**/dpedu-*.whl", recursive=True))
     source = os.environ.get("DPEDU_SOURCE") or (wheels[-1] if wheels else {PUBLISHED_AT!r})
     if not (source and ({" or ".join(f'"{name}" in os.environ' for name in HOSTED)})):
         raise SystemExit({_wrapped(INSTRUCTION, 25)}) from None
-    if tuple(int(part) for part in version("torch").split(".")[:2]) < {TORCH_LOWEST!r}:  # never replace it
-        raise SystemExit(f"This image's torch {{version('torch')}} is older than the course's "
-                         "{".".join(map(str, TORCH_LOWEST))}, and installing dpedu would replace it: use a newer image "
-                         "(README: Which torch).") from None
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                    "--root-user-action=ignore", source], check=True)  # hosted kernels run as root
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                          "--root-user-action=ignore", source], capture_output=True, text=True)  # hosted: root
+    if pip.returncode != 0:
+        raise SystemExit("pip could not install dpedu (on Kaggle, turn Internet on in the notebook's settings):\\n"
+                         + "\\n".join(pip.stderr.strip().splitlines()[-5:])) from None
+    importlib.invalidate_caches()
     import dpedu  # noqa: F401"""
 
 

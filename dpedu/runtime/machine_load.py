@@ -4,7 +4,8 @@ A cell that asserts a speed (2 ranks are faster than one, a pipeline idles as it
 idle cores. A learner's laptop rarely has them (a browser, a video call, an indexer), and a class server
 shares its cores between learners. So such a cell measures the machine around its timed work: how many
 times the work of one busy process ``processes`` busy processes get done at once, now (``parallel_speedup``;
-close to 2 on an idle 2-core machine, close to 1.3 with one core taken by another program). Then
+close to 2 on an idle 2-core machine, close to 1.3 with one core taken by another program; processes that
+cannot even begin counting together count as a busy machine). Then
 ``timing_claim`` asserts the claim where the machine could show it, with a message saying what was
 expected, what was seen and what to do; where it could not, it says so in plain words and the lesson
 goes on.
@@ -30,11 +31,12 @@ import sys, time
 start, seconds = float(sys.argv[1]), float(sys.argv[2])
 while time.time() < start:
     time.sleep(0.001)
-turns, begun = 0, time.perf_counter()
+turns, woke, begun = 0, time.time(), time.perf_counter()
 while time.perf_counter() - begun < seconds:
     turns += 1
-print(turns / (time.perf_counter() - begun))
+print(turns / (time.perf_counter() - begun), woke)
 """
+LATE_S = 0.03  # a process that begins counting later than this after the others was kept waiting for a core
 
 
 def parallel_speedup(processes: int = 2, seconds: float = 0.2) -> float:
@@ -43,14 +45,18 @@ def parallel_speedup(processes: int = 2, seconds: float = 0.2) -> float:
     whole("processes", processes, minimum=2, maximum=64)
     real("seconds", seconds, above=0, at_most=5)
 
-    def rates(count: int) -> list[float]:
+    def rates(count: int) -> list[tuple[float, float]]:  # (turns per second, when counting began)
         start = time.time() + 0.15  # every process started before the window opens
         done = run_together([[sys.executable, "-c", _SPIN, repr(start), repr(seconds)]] * count,
                             timeout=30 + seconds)
-        return [float(d.stdout) for d in done]
+        return [tuple(map(float, d.stdout.split())) for d in done]
 
-    alone = rates(1)[0]
-    return sum(rates(processes)) / alone
+    alone = rates(1)[0][0]
+    together = rates(processes)
+    began = [woke for _, woke in together]
+    if max(began) - min(began) > LATE_S:  # their windows did not overlap: the speed-up would read too high
+        return 1.0
+    return sum(rate for rate, _ in together) / alone
 
 
 @dataclass
@@ -88,7 +94,8 @@ def timing_claim(holds: bool, claim: str, *, expected: str, seen: str, machine: 
         print(f"Not checked on this machine just now: {claim}. That needs {machine.processes} idle cores "
               f"({machine.processes} busy processes getting {needs:.1f}x the work of one done at once); this machine "
               f"gave {machine.speedup:.2f}x, so other programs are using its cores. Rerun this cell when the "
-              f"machine is idle.")
+              f"machine is idle (where its cores are hardware threads of one physical core, as on many cloud "
+              f"machines, rerunning will not help).")
         return False
     assert holds, (f"{claim}: expected {expected}, seen {seen}. The cores were free before and after "
                    f"({machine.processes} busy processes got {machine.speedup:.2f}x the work of one); if another "

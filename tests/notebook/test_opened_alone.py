@@ -3,6 +3,7 @@ anywhere else stops with one line saying what to run (CI's hosted-learner pass r
 
 import importlib.metadata
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -28,7 +29,7 @@ def test_every_notebook_opens_with_the_one_first_cell(notebook):
 
 def run_first_cell(monkeypatch, tmp_path, environ: dict[str, str]) -> list[list[str]]:
     """Run the cell where ``import dpedu`` fails, in an empty folder; return the pip commands it ran."""
-    for name in (*HOSTED, "DPEDU_SOURCE"):
+    for name in (*HOSTED, "DPEDU_SOURCE", "PIP_FAILS"):
         monkeypatch.delenv(name, raising=False)
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
@@ -36,10 +37,12 @@ def run_first_cell(monkeypatch, tmp_path, environ: dict[str, str]) -> list[list[
     monkeypatch.setitem(sys.modules, "dpedu", None)  # `import dpedu` raises ModuleNotFoundError
     installed = []
 
-    def pip(command, check):
+    def pip(command, **options):
         installed.append(command)
+        if os.environ.get("PIP_FAILS"):
+            return subprocess.CompletedProcess(command, 1, "", "Collecting mpich\nERROR: No matching distribution")
         sys.modules["dpedu"] = dpedu  # what a successful install gives the next import
-        return subprocess.CompletedProcess(command, 0)
+        return subprocess.CompletedProcess(command, 0, "", "")
 
     monkeypatch.setattr(subprocess, "run", pip)
     exec(FIRST_CELL, {})
@@ -73,12 +76,30 @@ def test_dpedu_source_comes_before_a_wheel_and_an_installed_dpedu_installs_nothi
     assert len(installed) == 1
 
 
-def test_an_image_with_a_torch_older_than_the_course_supports_is_told_and_nothing_is_installed(monkeypatch, tmp_path):
+@pytest.mark.parametrize("environ", [{"COLAB_RELEASE_TAG": "x"}, {}], ids=["Colab", "a hub"])
+def test_an_environment_with_a_torch_older_than_the_course_supports_is_told_first(monkeypatch, tmp_path, environ):
+    # everywhere: following the one-line instruction on a hub would replace that torch too
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "2.11.0+cu126")
     (tmp_path / opened_alone.WHEEL).write_bytes(b"")
     with pytest.raises(SystemExit, match=r"torch 2\.11\.0\+cu126 is older than the course's 2\.12, and installing"):
-        run_first_cell(monkeypatch, tmp_path, {"COLAB_RELEASE_TAG": "x"})
+        run_first_cell(monkeypatch, tmp_path, environ)
     assert sys.modules["dpedu"] is None  # the fake pip never ran
+
+
+def test_without_torch_the_cell_goes_on_to_install(monkeypatch, tmp_path):
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", missing)
+    (tmp_path / opened_alone.WHEEL).write_bytes(b"")
+    assert len(run_first_cell(monkeypatch, tmp_path, {"COLAB_RELEASE_TAG": "x"})) == 1
+
+
+def test_a_failed_install_says_why_and_what_to_check_on_kaggle(monkeypatch, tmp_path):
+    (tmp_path / opened_alone.WHEEL).write_bytes(b"")
+    with pytest.raises(SystemExit) as stopped:
+        run_first_cell(monkeypatch, tmp_path, {"KAGGLE_KERNEL_RUN_TYPE": "Interactive", "PIP_FAILS": "1"})
+    assert "turn Internet on" in str(stopped.value) and "No matching distribution" in str(stopped.value)
 
 
 def test_the_oldest_torch_is_the_same_in_the_cell_the_requirements_and_the_package():
