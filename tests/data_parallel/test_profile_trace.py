@@ -1,11 +1,12 @@
-"""profile_trace: one all-reduce in DDP's first step, the rebuilt buckets after, overlap, and the trace file."""
+"""profile_trace: one all-reduce in DDP's first step, the rebuilt buckets after, overlap, the trace file, and the
+reducer's copies with and without gradient_as_bucket_view."""
 
 import json
 
 import pytest
 
 from dpedu import launch
-from dpedu.data_parallel.profile_trace import profile_ddp_steps
+from dpedu.data_parallel.profile_trace import profile_ddp_steps, reducer_copies
 
 
 def steps_and_trace(path):
@@ -47,3 +48,25 @@ def test_bad_arguments_name_the_argument():
         profile_ddp_steps(3)
     with pytest.raises(ValueError, match="steps"):
         profile_ddp_steps("x.json", steps=0)
+
+
+def every_way_of_copying():
+    return {(view, set_to_none): reducer_copies(gradient_as_bucket_view=view, set_to_none=set_to_none)
+            for view in (False, True) for set_to_none in (True, False)}
+
+
+def test_bucket_views_save_the_copy_back_and_with_kept_gradients_the_copy_in_too():
+    counts = launch(every_way_of_copying, 2, timeout=120)
+    assert counts[0] == counts[1]
+    n = counts[0][False, True]["parameters"]
+    assert n == 12
+    copies = {setting: (c["into the bucket"], c["back into .grad"], c["divided in place"])
+              for setting, c in counts[0].items()}
+    assert copies == {(False, True): (n, n, 0), (False, False): (n, n, 0),  # copied in and back, each gradient
+                      (True, True): (n, 0, 0),  # a fresh .grad is copied in; the bucket is the .grad after
+                      (True, False): (0, 0, n)}  # the .grad views kept accumulate in the bucket: divided there
+
+
+def test_reducer_copies_names_a_bad_argument():
+    with pytest.raises(TypeError, match="gradient_as_bucket_view"):
+        reducer_copies(gradient_as_bucket_view="yes")
