@@ -6,7 +6,8 @@ move redraws the plot within 2 s. It also does nbval's job for the notebooks it 
 and its outputs are compared with the stored ones, by nbval's rules (``stored_outputs.py``), so that
 the suite executes each lesson once, not twice (``conftest.py`` leaves those notebooks out of nbval).
 One lab session serves every notebook; the server, its kernels (and their ranks) and the browser are
-stopped and reaped whatever happens. On failure a screenshot lands in ``.browser-failures/``.
+stopped and reaped whatever happens. On failure a screenshot lands in ``.browser-failures/``. The
+handout (``./course handout``) is opened and printed in the same Chromium.
 
 Needs Chromium: ``.ci/run`` installs Debian's package when it runs as root; elsewhere install
 Chromium, or point ``DPEDU_CHROMIUM`` at a Chromium binary (such as the one ``playwright install
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -30,6 +32,7 @@ import pytest
 from stored_outputs import differences
 
 from dpedu import free_port
+from dpedu.notebook import handout
 from dpedu.runtime.failures import leftover_processes
 
 playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright (requirements-test.txt)")
@@ -283,3 +286,22 @@ def test_the_check_catches_an_error_a_stale_output_and_an_explorer_that_does_not
     assert any("cell 1, stdout: stored ['41\\n']" in p and "gave ['42\\n']" in p for p in problems), problems
     assert any("redrew after inf s" in p for p in problems), problems
     (SCREENSHOTS / "99_broken_on_purpose.png").unlink(missing_ok=True)
+
+
+def test_the_handout_opens_with_every_lesson_fetches_nothing_and_prints_each_lesson_on_new_pages(browser, tmp_path):
+    out = tmp_path / "handout.html"
+    handout.main([str(out)])
+    lessons = len(list((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")))
+    page = browser.new_page()
+    try:
+        requested: list[str] = []
+        page.on("request", lambda request: requested.append(request.url))
+        page.goto(out.as_uri())
+        headings = page.locator("h1")
+        assert headings.count() == lessons + 1 and all(headings.nth(i).is_visible() for i in range(lessons + 1))
+        assert headings.nth(0).inner_text().startswith("00 · ") and "Appendix" in headings.nth(lessons).inner_text()
+        assert requested == [out.as_uri()]  # one file: no script, style or font fetched
+        pdf = page.pdf(format="A4")
+        assert len(re.findall(rb"/Type\s*/Page[^s]", pdf)) >= lessons + 1  # a new page for each lesson
+    finally:
+        page.close()

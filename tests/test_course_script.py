@@ -185,6 +185,14 @@ def test_kernel_registers_the_venv_for_this_user_or_where_told(bash, venv):
 
 
 @each_bash
+def test_handout_writes_handout_html_or_the_file_named(bash, venv):
+    assert course(bash, venv, "handout").returncode == 0
+    assert calls(venv)[-1] == ["python", "-m", "dpedu.notebook.handout", "handout.html"]
+    assert course(bash, venv, "handout", "class.html").returncode == 0
+    assert calls(venv) == [["python", "-m", "dpedu.notebook.handout", "class.html"]]
+
+
+@each_bash
 def test_wheel_builds_the_package_alone_and_installs_nothing(bash, venv):
     run = course(bash, venv, "wheel")
     assert run.returncode == 0, run.stderr
