@@ -5,7 +5,9 @@ t ranks of the same r // t, which split every layer and all-reduce activations i
 data-parallel group (the N/t ranks of the same r % t, which hold the same slices, see different data
 and average their gradients). ``subgroups`` builds both with ``dist.new_group``; ``train_dp_tp`` trains
 Megatron's MLP block that way, DDP averaging over the data-parallel group only, and equals one process
-training the whole block on the global batch.
+training the whole block on the global batch. ``train_mesh`` builds the same layout with torch's own
+API, as torchtitan does: a 2-D ``DeviceMesh`` ("dp" × "tp"), ``parallelize_module`` to split the layers
+over ``mesh["tp"]`` (DTensors), and FSDP2's ``fully_shard`` over ``mesh["dp"]``.
 
 A module split across *devices* (pipeline-style, half on one GPU, half on another) is wrapped in DDP
 with ``device_ids=None``: each rank owns its own devices, disjoint from every other rank's
@@ -14,16 +16,23 @@ with ``device_ids=None``: each rank owns its own devices, disjoint from every ot
 
 from __future__ import annotations
 
+import logging
+import warnings
+
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from dpedu._validate import real, whole
 from dpedu.beyond.model_parallel import megatron_mlp
+from dpedu.runtime.traffic import bytes_sent
 
-__all__ = ["subgroups", "TensorParallelMLP", "mlp_problem", "train_dp_tp", "train_whole_mlp",
+__all__ = ["subgroups", "TensorParallelMLP", "mlp_problem", "train_dp_tp", "train_mesh", "train_whole_mlp",
            "split_devices", "TwoDeviceMLP", "train_split", "split_batch"]
 
 
@@ -90,6 +99,58 @@ def train_dp_tp(*, steps: int, lr: float, tensor_parallel: int = 2) -> dict:
     return {"A": model.module.A.detach().clone(), "B": model.module.B.detach().clone(),
             "tp_ranks": dist.get_process_group_ranks(tp), "dp_ranks": dist.get_process_group_ranks(dp),
             "tp_all_reduces": list(model.module.log), "rows": (share.start, share.stop)}
+
+
+def train_mesh(*, steps: int, lr: float, tensor_parallel: int = 2) -> dict:
+    """Inside ranks: ``train_dp_tp``'s training with torch's API. The block GeLU(x A) B as two Linear
+    layers, split by ``parallelize_module`` over ``mesh["tp"]`` (the first by columns, the second by rows:
+    Megatron's split) and sharded by FSDP2 over ``mesh["dp"]``. Returns the trained A and B (whole), each
+    weight's placements, both mesh groups' ranks, and this rank's collectives of the last step."""
+    whole("steps", steps)
+    real("lr", lr, above=0)
+    world, t = dist.get_world_size(), whole("tensor_parallel", tensor_parallel)
+    if world % t:
+        raise ValueError(f"tensor_parallel must divide the world size {world}, got {t}")
+    mesh = init_device_mesh("cpu", (world // t, t), mesh_dim_names=("dp", "tp"))
+    x, y, A, B = mlp_problem()
+    model = nn.Sequential(nn.Linear(len(A), A.shape[1], bias=False), nn.GELU(),
+                          nn.Linear(len(B), B.shape[1], bias=False))
+    with torch.no_grad():  # a Linear holds its weight transposed: x A is x @ weight.T
+        model[0].weight.copy_(A.T)
+        model[2].weight.copy_(B.T)
+    parallelize_module(model, mesh["tp"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    fully_shard(model, mesh=mesh["dp"])
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    replica, replicas = mesh["dp"].get_local_rank(), mesh["dp"].size()
+    share = slice(replica * len(x) // replicas, (replica + 1) * len(x) // replicas)
+    with warnings.catch_warnings():
+        # FSDP2 warns that the Sequential's output is a view, in case the caller changes it in place; nothing does
+        warnings.filterwarnings("ignore", message=".*returned a view tensor")
+        for _ in range(steps):
+            optimizer.zero_grad()
+            with bytes_sent() as sent:
+                F.mse_loss(model(x[share]), y[share]).backward()
+            optimizer.step()
+    # full_tensor() gathers over both mesh dimensions, one after the other, and logs that one merged
+    # gather would be faster: true, and beside the point for two small weights read once
+    redistribute_log = logging.getLogger("torch.distributed.tensor._redistribute")
+    level = redistribute_log.level
+    redistribute_log.setLevel(logging.ERROR)
+    try:
+        A_trained, B_trained = (model[i].weight.full_tensor().T.detach() for i in (0, 2))
+    finally:
+        redistribute_log.setLevel(level)
+    return {"A": A_trained, "B": B_trained,
+            "placements": {name: tuple(map(_placement, p.placements)) for name, p in model.named_parameters()},
+            "tp_ranks": mesh["tp"].mesh.tolist(), "dp_ranks": mesh["dp"].mesh.tolist(), "calls": sent.calls}
+
+
+def _placement(placement: object) -> str:
+    """A DTensor placement spelt out, the same in every torch (their own str and repr change between releases)."""
+    name = type(placement).__name__.lstrip("_")
+    if hasattr(placement, "split_factor"):  # _StridedShard: a shard of a shard
+        return f"{name}(dim={placement.dim}, split_factor={placement.split_factor})"
+    return f"{name}(dim={placement.dim})" if hasattr(placement, "dim") else f"{name}()"
 
 
 def train_whole_mlp(*, steps: int, lr: float) -> tuple[torch.Tensor, torch.Tensor]:

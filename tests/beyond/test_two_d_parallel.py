@@ -53,6 +53,25 @@ def test_data_times_tensor_parallel_training_equals_one_process_on_the_global_ba
     assert [r["rows"] for r in ranks] == [(0, rows // 2)] * 2 + [(rows // 2, rows)] * 2
 
 
+def test_the_mesh_api_builds_the_same_groups_and_trains_to_the_same_result():
+    ranks = launch(lambda: tdp.train_mesh(steps=3, lr=0.1), 4)
+    A, B = tdp.train_whole_mlp(steps=3, lr=0.1)
+    assert [(r["tp_ranks"], r["dp_ranks"]) for r in ranks] == launch(_groups, 4, args=(2,))
+    for r in ranks:
+        torch.testing.assert_close(r["A"], A, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(r["B"], B, rtol=1e-5, atol=1e-6)
+        assert r["placements"] == {"0.weight": ("StridedShard(dim=0, split_factor=2)", "Shard(dim=0)"),
+                                   "2.weight": ("Shard(dim=0)", "Shard(dim=1)")}
+        # in float32: the all-gather hands in this rank's 2 x 256 parameters, the tp all-reduce the block's 8 x 16
+        # output, the reduce-scatter the gradients of both tp slices (2 x 512)
+        assert r["calls"] == [("all_gather", 2048), ("all_reduce", 512), ("reduce_scatter", 4096)]
+
+
+def test_train_mesh_refuses_a_tensor_parallel_size_that_does_not_divide_the_ranks():
+    with pytest.raises(RankFailedError, match="tensor_parallel must divide"):
+        launch(lambda: tdp.train_mesh(steps=1, lr=0.1, tensor_parallel=3), 4)
+
+
 def test_ddp_over_a_module_on_two_devices_equals_one_process_on_all_batches():
     ranks = launch(lambda: tdp.train_split(steps=3, lr=0.1), 2)
     model = tdp.TwoDeviceMLP((torch.device("cpu"), torch.device("cpu")))
