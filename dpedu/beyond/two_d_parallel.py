@@ -40,9 +40,7 @@ def subgroups(tensor_parallel: int) -> tuple[dist.ProcessGroup, dist.ProcessGrou
     """This rank's tensor-parallel group (ranks with the same r // t) and data-parallel group (the same
     r % t). ``new_group`` is collective: every rank creates every group, in the same order."""
     world, rank = dist.get_world_size(), dist.get_rank()
-    t = whole("tensor_parallel", tensor_parallel, maximum=world)
-    if world % t:
-        raise ValueError(f"tensor_parallel must divide the world size {world}, got {t}")
+    t = _tensor_parallel_size(tensor_parallel)
     tp = dp = None
     for first in range(0, world, t):  # [0, 1], [2, 3]: each splits the layers of one replica
         group = dist.new_group(list(range(first, first + t)))
@@ -51,6 +49,20 @@ def subgroups(tensor_parallel: int) -> tuple[dist.ProcessGroup, dist.ProcessGrou
         group = dist.new_group(list(range(offset, world, t)))
         dp = group if rank % t == offset else dp
     return tp, dp
+
+
+def _tensor_parallel_size(tensor_parallel: int) -> int:
+    """``tensor_parallel``, checked: a whole number that divides this group's world size."""
+    world = dist.get_world_size()
+    t = whole("tensor_parallel", tensor_parallel, maximum=world)
+    if world % t:
+        raise ValueError(f"tensor_parallel must divide the world size {world}, got {t}")
+    return t
+
+
+def _replica_rows(batch: int, replica: int, replicas: int) -> slice:
+    """The rows of a global batch of ``batch`` that data-parallel replica ``replica`` of ``replicas`` trains on."""
+    return slice(replica * batch // replicas, (replica + 1) * batch // replicas)
 
 
 class TensorParallelMLP(nn.Module):
@@ -89,8 +101,7 @@ def train_dp_tp(*, steps: int, lr: float, tensor_parallel: int = 2) -> dict:
     x, y, A, B = mlp_problem()
     model = DDP(TensorParallelMLP(A, B, tp), process_group=dp)  # averages over the replicas, not the slices
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    share = slice(dist.get_rank(dp) * len(x) // dist.get_world_size(dp),
-                  (dist.get_rank(dp) + 1) * len(x) // dist.get_world_size(dp))
+    share = _replica_rows(len(x), dist.get_rank(dp), dist.get_world_size(dp))
     for _ in range(steps):
         model.module.log.clear()
         optimizer.zero_grad()
@@ -108,10 +119,8 @@ def train_mesh(*, steps: int, lr: float, tensor_parallel: int = 2) -> dict:
     weight's placements, both mesh groups' ranks, and this rank's collectives of the last step."""
     whole("steps", steps)
     real("lr", lr, above=0)
-    world, t = dist.get_world_size(), whole("tensor_parallel", tensor_parallel)
-    if world % t:
-        raise ValueError(f"tensor_parallel must divide the world size {world}, got {t}")
-    mesh = init_device_mesh("cpu", (world // t, t), mesh_dim_names=("dp", "tp"))
+    t = _tensor_parallel_size(tensor_parallel)
+    mesh = init_device_mesh("cpu", (dist.get_world_size() // t, t), mesh_dim_names=("dp", "tp"))
     x, y, A, B = mlp_problem()
     model = nn.Sequential(nn.Linear(len(A), A.shape[1], bias=False), nn.GELU(),
                           nn.Linear(len(B), B.shape[1], bias=False))
@@ -121,8 +130,7 @@ def train_mesh(*, steps: int, lr: float, tensor_parallel: int = 2) -> dict:
     parallelize_module(model, mesh["tp"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
     fully_shard(model, mesh=mesh["dp"])
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    replica, replicas = mesh["dp"].get_local_rank(), mesh["dp"].size()
-    share = slice(replica * len(x) // replicas, (replica + 1) * len(x) // replicas)
+    share = _replica_rows(len(x), mesh["dp"].get_local_rank(), mesh["dp"].size())
     with warnings.catch_warnings():
         # FSDP2 warns that the Sequential's output is a view, in case the caller changes it in place; nothing does
         warnings.filterwarnings("ignore", message=".*returned a view tensor")

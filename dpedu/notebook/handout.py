@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from dpedu.notebook.course import NOTEBOOKS, study_minutes
+from dpedu.notebook.opened_alone import source
 
 REMEMBER = "## What to remember"
 MYTHS = "## Myth and measurement"
@@ -36,21 +37,21 @@ li { margin-bottom: 0.25em; }
 
 def _markdown_cells(notebook: Path) -> list[str]:
     cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
-    return ["".join(cell["source"]) for cell in cells if cell["cell_type"] == "markdown"]
+    return [source(cell) for cell in cells if cell["cell_type"] == "markdown"]
 
 
 def _title(notebook: Path) -> str:
-    for source in _markdown_cells(notebook):
-        if source.startswith("# "):
-            return source.splitlines()[0][2:].strip()
+    for text in _markdown_cells(notebook):
+        if text.startswith("# "):
+            return text.splitlines()[0][2:].strip()
     raise ValueError(f"{notebook.name} has no title: its first heading should start with '# '")
 
 
 def _section_from(notebook: Path, heading: str) -> str:
     """The markdown from ``heading`` to the end of the cell that holds it."""
-    for source in _markdown_cells(notebook):
-        if heading in source:
-            return source[source.index(heading):]
+    for text in _markdown_cells(notebook):
+        if heading in text:
+            return text[text.index(heading):]
     raise ValueError(f"{notebook.name} has no cell with the heading {heading!r}")
 
 

@@ -62,8 +62,8 @@ except ModuleNotFoundError:
     try:
         torch_version = version("torch")
     except PackageNotFoundError:  # no torch at all: installing dpedu brings one
-        torch_version = "{".".join(map(str, TORCH_LOWEST))}"
-    if tuple(int(part) for part in torch_version.split(".")[:2]) < {TORCH_LOWEST!r}:  # never replace it
+        torch_version = None
+    if torch_version and tuple(int(part) for part in torch_version.split(".")[:2]) < {TORCH_LOWEST!r}:  # keep it
         raise SystemExit(f"This environment's torch {{torch_version}} is older than the course's "
                          "{".".join(map(str, TORCH_LOWEST))}, and installing dpedu would replace it: use a newer image "
                          "(README: Which torch).") from None
