@@ -11,7 +11,8 @@ over ``mesh["tp"]`` (DTensors), and FSDP2's ``fully_shard`` over ``mesh["dp"]``.
 
 A module split across *devices* (pipeline-style, half on one GPU, half on another) is wrapped in DDP
 with ``device_ids=None``: each rank owns its own devices, disjoint from every other rank's
-(``split_devices``). Used in lesson 09 (part 7).
+(``split_devices``); it trains in full float32 (``runtime.float32_precision``), as the lesson compares it with
+one CPU process, even where the ranks were started with gloo. Used in lesson 09 (part 7).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from dpedu._validate import real, whole
 from dpedu.beyond.model_parallel import megatron_mlp
+from dpedu.runtime.float32_precision import pin_full_float32_precision
 from dpedu.runtime.traffic import bytes_sent
 
 __all__ = ["subgroups", "TensorParallelMLP", "mlp_problem", "train_dp_tp", "train_mesh", "train_whole_mlp",
@@ -212,6 +214,7 @@ def train_split(*, steps: int, lr: float, gpus: int = 0) -> list[torch.Tensor]:
     model = DDP(TwoDeviceMLP(devices), device_ids=None)  # not device_ids=[...]: that is for one-device modules
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     x, y = split_batch(dist.get_rank())
+    pin_full_float32_precision()  # in this rank: the lesson compares the result with one CPU process, no TF32
     for _ in range(steps):
         optimizer.zero_grad()
         F.mse_loss(model(x), y.to(devices[1])).backward()

@@ -235,7 +235,7 @@ def _check_batch_sizes(name: str, sizes: object, minimum_length: int) -> None:
 
 
 def _on_gpu(batch_sizes: list[int]) -> dict[str, torch.Tensor]:
-    torch.backends.cudnn.allow_tf32 = False  # compared with float32 on the CPU: no TF32 convolutions
+    # Compared with float32 on the CPU: launch's nccl ranks compute without TF32 (runtime.float32_precision).
     return batchnorm_step(batch_sizes, "torch", f"cuda:{dist.get_rank()}")
 
 

@@ -2,7 +2,9 @@
 
 GPUs are counted with ``start_methods.gpu_count()`` (``torch.cuda.device_count()``), which asks NVML and
 leaves CUDA uninitialised (``torch.cuda.is_available()`` would initialise it and spoil later forks). The GPU
-functions run only where there are GPUs; on CPU the lesson says what they would measure.
+functions run only where there are GPUs; on CPU the lesson says what they would measure. Those that put work on
+the GPUs pin full float32 for the rest of the kernel (``runtime.float32_precision``): the lesson compares what
+the GPUs computed, forward and backward, with the CPU's float32 after they return, which TF32 would break.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from torch.nn.parallel import gather, parallel_apply, replicate, scatter
 
 from dpedu._validate import whole
 from dpedu.runtime import start_methods
+from dpedu.runtime.float32_precision import pin_full_float32_precision
 
 
 def wrap(model: nn.Module) -> nn.DataParallel:
@@ -31,6 +34,7 @@ def wrap(model: nn.Module) -> nn.DataParallel:
     gpus = start_methods.gpu_count()
     if gpus == 0:
         return nn.DataParallel(model)
+    pin_full_float32_precision()  # no TF32 from now on: the lesson compares what the GPUs compute with the CPU
     return nn.DataParallel(model.to("cuda:0"), device_ids=list(range(gpus)), output_device=0)
 
 
@@ -42,6 +46,7 @@ def forward_on_gpus(model: nn.Module, X: torch.Tensor, devices: list[int]) -> tu
     """
     if len(devices) < 2:
         raise ValueError(f"devices must name at least 2 GPUs, got {devices!r}")
+    pin_full_float32_precision()  # no TF32 from now on: output and gradients are compared with the CPU's
     replicas = replicate(model, devices)  # copy the parameters to every GPU (a differentiable broadcast)
     inputs = scatter(X, devices)  # split the batch, one piece per GPU
     outputs = parallel_apply(replicas[:len(inputs)], [(part,) for part in inputs])  # one thread per GPU
@@ -83,6 +88,7 @@ def replication_cost(model: nn.Module, X: torch.Tensor, y: torch.Tensor, repeats
     devices = list(range(start_methods.gpu_count()))
     if len(devices) < 2:
         raise RuntimeError(f"replication_cost needs at least 2 GPUs, found {len(devices)}")
+    pin_full_float32_precision()  # timed in the precision the lesson's other GPU cells compute in
     parallel = nn.DataParallel(model, device_ids=devices)
     step = lambda: F.cross_entropy(parallel(X), y).backward()  # noqa: E731
     step()

@@ -25,6 +25,8 @@ import cloudpickle
 import torch
 import torch.distributed as dist
 
+from dpedu.runtime.float32_precision import pin_full_float32_precision
+
 # The process group's own timeout is set this much above launch's deadline, so that launch always
 # stops a stuck rank first, with its own error, instead of racing torch's.
 GROUP_TIMEOUT_MARGIN = 10.0
@@ -137,6 +139,9 @@ def run_rank(spec: RankSpec, payload: bytes, report: Any) -> None:
         if backend == "nccl":  # one GPU per rank; CPU tensors keep working through gloo
             torch.cuda.set_device(spec.rank)
             backend = "cpu:gloo,cuda:nccl"
+            # The course compares what GPU ranks compute with the CPU's float32 results, within 1e-6 to 1e-4:
+            # no TF32 in this rank, even where TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 (NGC containers) turns it on.
+            pin_full_float32_precision()
         try:
             dist.init_process_group(backend, rank=spec.rank, world_size=spec.world_size,
                                     timeout=timedelta(seconds=spec.timeout + GROUP_TIMEOUT_MARGIN))

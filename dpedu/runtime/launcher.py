@@ -107,7 +107,8 @@ def launch(
     ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT`` set, ``threads_per_rank`` CPU threads, and its
     process group destroyed at the end. ``backend``: gloo by default, on every machine, so that a
     cell computes the same thing everywhere; ``"nccl"`` gives each rank its own GPU
-    (``torch.cuda.set_device(rank)``) and a group that sends CUDA tensors through nccl and CPU
+    (``torch.cuda.set_device(rank)``), computing there in full float32 (no TF32, whatever the
+    environment says: ``float32_precision``), and a group that sends CUDA tensors through nccl and CPU
     tensors through gloo. Printed output is shown labelled ``[rank r]``: in rank order once all ranks
     are done, or live with ``stream=True``.
 

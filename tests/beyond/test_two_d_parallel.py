@@ -72,18 +72,43 @@ def test_train_mesh_refuses_a_tensor_parallel_size_that_does_not_divide_the_rank
         launch(lambda: tdp.train_mesh(steps=1, lr=0.1, tensor_parallel=3), 4)
 
 
-def test_ddp_over_a_module_on_two_devices_equals_one_process_on_all_batches():
-    ranks = launch(lambda: tdp.train_split(steps=3, lr=0.1), 2)
+def _one_process_on_all_batches(steps: int, ranks: int) -> list[torch.Tensor]:
+    """What train_split's ranks are compared with: the same SGD in one CPU process on their batches together."""
     model = tdp.TwoDeviceMLP((torch.device("cpu"), torch.device("cpu")))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    x, y = (torch.cat(t) for t in zip(*(tdp.split_batch(r) for r in range(2)), strict=True))
-    for _ in range(3):
+    x, y = (torch.cat(t) for t in zip(*(tdp.split_batch(r) for r in range(ranks)), strict=True))
+    for _ in range(steps):
         optimizer.zero_grad()
         F.mse_loss(model(x), y).backward()
         optimizer.step()
+    return [p.detach() for p in model.parameters()]
+
+
+def test_ddp_over_a_module_on_two_devices_equals_one_process_on_all_batches():
+    ranks = launch(lambda: tdp.train_split(steps=3, lr=0.1), 2)
+    reference = _one_process_on_all_batches(steps=3, ranks=2)
     for rank in ranks:
-        for got, want in zip(rank, model.parameters(), strict=True):
-            torch.testing.assert_close(got, want.detach(), rtol=1e-6, atol=1e-6)
+        for got, want in zip(rank, reference, strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_the_split_module_trains_in_full_float32_even_under_the_tf32_override(monkeypatch, tf32_override):
+    """A GPU's TF32 under TORCH_ALLOW_TF32_CUBLAS_OVERRIDE, emulated in forked gloo ranks (tests/tf32.py), as
+    lesson 09 starts them: train_split's own pin keeps the lesson's 1e-6, which TF32 would break."""
+    def trained():
+        return launch(lambda: tdp.train_split(steps=5, lr=0.1), 2, start_method="fork")[0]
+
+    with monkeypatch.context() as unpinned:
+        unpinned.setattr(tdp, "pin_full_float32_precision", lambda: None)
+        in_tf32 = trained()
+    pinned = trained()
+    torch.set_float32_matmul_precision("highest")  # the lesson's reference: one CPU process in float32
+    reference = _one_process_on_all_batches(steps=5, ranks=2)
+
+    def gap(result):
+        return max((got - want).abs().max().item() for got, want in zip(result, reference, strict=True))
+
+    assert gap(in_tf32) > 1e-6 and gap(pinned) < 1e-6
 
 
 def test_split_devices_gives_each_rank_two_gpus_of_its_own_or_the_cpu():

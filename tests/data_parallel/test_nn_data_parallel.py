@@ -4,6 +4,8 @@ import importlib
 
 import pytest
 import torch
+import torch.nn.functional as F
+from tf32 import lesson_02_batch, lesson_02_gap, lesson_02_model, plain_float32
 from torch import nn
 
 from dpedu.data_parallel import nn_data_parallel
@@ -13,8 +15,10 @@ torch_data_parallel = importlib.import_module("torch.nn.parallel.data_parallel")
 
 
 @pytest.fixture
-def torch_sees_gpus(monkeypatch, fake_gpus):
-    """Make dpedu and torch report ``n`` CUDA GPUs; moving a module to one is recorded instead of done."""
+def torch_sees_gpus(monkeypatch, fake_gpus, tf32_override):
+    """Make dpedu and torch report ``n`` CUDA GPUs; moving a module to one is recorded instead of done. The
+    GPUs round float32 matmuls to TF32 unless the precision is "highest", as under NVIDIA's NGC override
+    (``tf32_override``, which also puts back any pin a test made in this process)."""
     moves = []
 
     def fake(n):
@@ -49,6 +53,48 @@ def test_with_gpus_the_wrapper_spans_them_all_with_the_model_on_the_first(torch_
     assert wrapper.device_ids == list(range(gpus)) and wrapper.output_device == 0
     assert wrapper.src_device_obj == torch.device("cuda", 0) and moves[0] == "cuda:0"
     assert set(moves) == {"cuda:0"}  # with one GPU DataParallel moves the model there itself, to the same place
+
+
+def test_on_gpus_wrap_pins_full_float32_so_the_lessons_comparison_holds(fake_gpus, torch_sees_gpus):
+    (X, _), model = lesson_02_batch(), lesson_02_model()
+    fake_gpus(0)
+    nn_data_parallel.wrap(model)
+    assert torch.get_float32_matmul_precision() == "high"  # without GPUs nothing changes
+    assert lesson_02_gap(model, X) > 1e-4  # what the GPUs would compute unpinned: lesson 02's 1e-5 fails
+    torch_sees_gpus(2)
+    nn_data_parallel.wrap(model)
+    assert torch.get_float32_matmul_precision() == "highest" and not torch.backends.cudnn.allow_tf32
+    assert lesson_02_gap(model, X) < 1e-5  # the lesson's wrapper(X) against the CPU model, after wrap returned
+
+
+def on_the_cpu(monkeypatch):
+    """torch's replicate, scatter, parallel_apply and gather (CUDA only) replaced by what they do, on the CPU;
+    the replicas are the model itself, so each one's gradient adds to its parameters', as replicate's does."""
+    monkeypatch.setattr(nn_data_parallel, "replicate", lambda model, devices: [model] * len(devices))
+    monkeypatch.setattr(nn_data_parallel, "scatter", lambda X, devices: X.chunk(len(devices)))
+    monkeypatch.setattr(nn_data_parallel, "parallel_apply",
+                        lambda modules, inputs: [module(*args) for module, args in zip(modules, inputs, strict=True)])
+    monkeypatch.setattr(nn_data_parallel, "gather", lambda outputs, device: torch.cat(outputs))
+
+
+def lesson_02_gradient_gap() -> float:
+    """Lesson 02's check of ``forward_on_gpus``: the gradient after its output's backward, which the caller
+    runs, against one plain float32 model on the whole batch."""
+    (X, y), model, reference = lesson_02_batch(), lesson_02_model(), lesson_02_model()
+    output, _ = nn_data_parallel.forward_on_gpus(model, X, [0, 1])
+    F.cross_entropy(output, y).backward()
+    F.cross_entropy(plain_float32(reference, X), y).backward()
+    return max((a.grad - b.grad).abs().max().item() for a, b in zip(model.parameters(), reference.parameters(),
+                                                                   strict=True))
+
+
+def test_forward_on_gpus_pins_full_float32_for_the_backward_its_caller_runs(monkeypatch, tf32_override):
+    on_the_cpu(monkeypatch)
+    with monkeypatch.context() as unpinned:
+        unpinned.setattr(nn_data_parallel, "pin_full_float32_precision", lambda: None)
+        assert lesson_02_gradient_gap() > 1e-5  # without the pin, lesson 02's check fails under the override
+    assert lesson_02_gradient_gap() < 1e-5
+    assert torch.get_float32_matmul_precision() == "highest"  # still, for whatever the lesson compares next
 
 
 def test_wrap_refuses_what_is_not_a_module():

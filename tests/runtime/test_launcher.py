@@ -18,6 +18,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from processes import gone_within, state
+from tf32 import lesson_02_batch, lesson_02_gap, lesson_02_model
 
 import dpedu
 from dpedu import LaunchTimeoutError, RankFailedError, free_port, launch
@@ -378,6 +379,26 @@ def test_with_nccl_each_rank_takes_its_own_gpu_and_cpu_tensors_still_work(fake_g
     monkeypatch.setattr(dist, "init_process_group", init_recording_the_backend)
     results = launch(device_and_group, 2, backend="nccl", start_method="fork")
     assert results == [(0, "cpu:gloo,cuda:nccl"), (1, "cpu:gloo,cuda:nccl")]
+
+
+def precision_and_lesson_02_gap(X):
+    return torch.get_float32_matmul_precision(), lesson_02_gap(lesson_02_model(), X)
+
+
+def test_ranks_given_gpus_compute_in_full_float32_even_under_the_tf32_override(fake_gpus, monkeypatch,
+                                                                               tf32_override):
+    """The nccl wiring faked as above, with a GPU's TF32 under TORCH_ALLOW_TF32_CUBLAS_OVERRIDE emulated
+    (tests/tf32.py): the ranks that nccl gives a GPU keep lesson 02's forward within its 1e-5."""
+    real_init = dist.init_process_group
+    fake_gpus(2)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    monkeypatch.setattr(dist, "init_process_group", lambda backend, **kwargs: real_init("gloo", **kwargs))
+    X, _ = lesson_02_batch()
+    for precision, gap in launch(precision_and_lesson_02_gap, 2, args=(X,), backend="nccl", start_method="fork"):
+        assert precision == "highest" and gap < 1e-5
+    for precision, gap in launch(precision_and_lesson_02_gap, 2, args=(X,), start_method="fork"):
+        assert precision == "high" and gap > 1e-4  # the control: CPU ranks are left as they were
+    assert torch.get_float32_matmul_precision() == "high"  # and so is the launching process
 
 
 def read_setting():
