@@ -1,12 +1,19 @@
 """The course's GPU self-check: ``./course check-gpu`` (``python -m dpedu.gpu_check``).
 
-CI has no GPU, so the GPU branches of the course (lessons 00, 02, 03, 04, 07, 09, ``dpedu.scripts.train_ddp`` and
-lesson 10's ``dpedu.scripts.train_addition``) are tested there only by faking what torch reports. On a machine with
-GPUs this module runs them for real, each against the CPU reference its lesson uses, one line per check:
-PASS or FAIL, what it measured against which tolerance, and its time. A failing check does not stop the
-next; the exit code is 1 if any failed. Without a GPU it says so and exits 0. ``--record`` stores what the
-passing checks measured in ``notebooks/gpu_recorded.json``, which ``recorded`` reads back for a notebook's
-CPU path to show.
+CI has no GPU, so the GPU branches of the course (the lessons whose cells count GPUs, found from the
+notebooks themselves, ``dpedu.scripts.train_ddp`` and lesson 10's ``dpedu.scripts.train_addition``) are tested
+there only by faking what torch reports. On a machine with GPUs this module runs them for real, each against
+the CPU reference its lesson uses, one line per check: PASS or FAIL, what it measured against which
+tolerance, and its time; a FAIL says what to do, a PASS may carry a note (a warning a rank printed, a
+setting that will bite). A failing check does not stop the next, except the two every later check stands
+on (the environment, and CUDA after this process started it). Every check has a watchdog: one that gives no
+answer in its time is a FAIL with where it was stuck, and the check ends there. The notebooks step runs each
+GPU lesson under nbval, writes pytest's full output to a log file, and the run ends with one line per
+lesson: its GPU cells ran here, or did not and why. The exit code is 1 if any check failed.
+
+Without a GPU it says so and exits 0; where the system lists NVIDIA GPUs that torch cannot use (a CPU-only
+torch, a driver older than torch's CUDA) it says what to install and exits 2. ``--record`` stores what the
+passing checks measured in ``notebooks/gpu_recorded.json``, which ``recorded`` reads back.
 
 Order matters: this process initialises CUDA in the second check, after the environment report, and
 from then on every launch starts its ranks from the forkserver (the default with GPUs), never by fork.
@@ -18,15 +25,17 @@ import argparse
 import collections
 import contextlib
 import datetime
+import faulthandler
 import io
 import json
 import os
 import re
 import sys
+import threading
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -40,10 +49,11 @@ from dpedu.data_parallel.equivalence import batchnorm_step, sync_batchnorm_on_th
 from dpedu.data_parallel.nn_data_parallel import forward_on_gpus, replication_cost, wrap
 from dpedu.datasets import digits
 from dpedu.models import largest_difference, mlp
-from dpedu.runtime import start_methods
+from dpedu.runtime import gpus, start_methods
 from dpedu.runtime.commands import run_together
-from dpedu.runtime.environment import environment_report
+from dpedu.runtime.environment import EnvironmentReport, environment_report
 from dpedu.runtime.failures import RankFailedError
+from dpedu.runtime.gpus import DRIVER_REMEDY, SHARED_MEMORY_REMEDY
 from dpedu.runtime.launcher import launch
 from dpedu.runtime.rendezvous import on_loopback
 
@@ -51,10 +61,13 @@ ROOT = Path(__file__).resolve().parents[1]  # the course's repository, when dped
 RECORD = ROOT / "notebooks" / "gpu_recorded.json"
 RECORDED = ("nccl-all-reduce", "data-parallel", "sync-batchnorm", "fsdp2", "float16-gradscaler")
 FORKED_CUDA = "Cannot re-initialize CUDA in forked subprocess"  # torch's words for a rank forked after cuInit
-NOTEBOOKS = ["00_welcome", "01_gd_sgd_minibatch", "02_data_parallelism_by_hand", "03_ddp_from_a_notebook",
-             "04_collectives_from_scratch", "07_batchnorm_and_randomness", "09_beyond_data_parallelism"]
-# GPU results are compared with float32 CPU results: torch leaves TF32 off for float32 matmuls by default,
-# and lesson 07's GPU ranks turn cuDNN's TF32 convolutions off; what is left is summation order, 1e-4 at most.
+GPU_BRANCH = re.compile(r"\b(gpu_count|device_count)\(")  # a code cell that asks how many GPUs there are
+NOTEBOOK_LIMIT = 600  # seconds for one lesson under nbval (a cold start of torch on a cluster's shared disk is slow)
+LOG = "gpu-check-notebooks.log"  # pytest's full output of the notebooks step, in the current folder
+CHECK_LIMIT = 900  # seconds any one check may take before the watchdog calls it stuck
+# GPU results are compared with float32 CPU results, at tolerances from 1e-6 to 1e-4 (each check states its
+# own). What is left between them is summation order, provided float32 stays float32: the GPU paths pin
+# full precision (TF32, which an environment variable can turn on, would round matrix products to 10 bits).
 
 
 class CheckFailed(Exception):
@@ -64,6 +77,14 @@ class CheckFailed(Exception):
 def expect(condition: bool, reason: str) -> None:
     if not condition:
         raise CheckFailed(reason)
+
+
+def gpu_notebooks(folder: Path | None = None) -> list[Path]:
+    """The notebooks with a GPU branch: a code cell that counts the GPUs (``gpu_count()``, ``device_count()``)."""
+    folder = course_file("notebooks") if folder is None else folder
+    return [path for path in sorted(folder.glob("*.ipynb"))
+            if any(cell["cell_type"] == "code" and GPU_BRANCH.search("".join(cell["source"]))
+                   for cell in json.loads(path.read_text())["cells"])]
 
 
 def course_file(relative: str) -> Path:
@@ -79,12 +100,14 @@ def check_environment() -> str:
     report = environment_report()  # reads the GPUs in a child process: CUDA stays uninitialised here
     print(report)
     names = [gpu.name for gpu in report.gpus]
-    expect(report.backends["nccl"], "this torch has no nccl backend")
-    gpus = start_methods.gpu_count()
-    expect(len(names) == gpus, f"the report lists {len(names)} GPU(s), NVML counts {gpus}")
+    expect(bool(names), "the report lists 0 GPUs")
     expect(not any(n.startswith("unusable") for n in names), f"torch cannot use the GPUs: {names[0]}")
-    expect(report.start_method == "forkserver", f"ranks would start by {report.start_method}, not forkserver")
-    return f"{len(names)} GPU(s) ({', '.join(names)}), nccl available, ranks start from a forkserver"
+    expect(report.backends["nccl"], "this torch has no nccl backend")
+    expect(report.start_method != "fork", "ranks would start by fork, which CUDA in this process would spoil: "
+           "unset DPEDU_START_METHOD")
+    for warning in report.warnings:  # what will bite later (shared memory, TF32), said once, here
+        note(warning)
+    return f"{len(names)} GPU(s) ({', '.join(names)}), nccl available, ranks start by {report.start_method}"
 
 
 def is_forked_cuda_error(error: BaseException) -> bool:
@@ -121,8 +144,9 @@ def check_nccl_all_reduce() -> str:
     total = n * (n + 1) / 2
     expect(results == [(rank, total, total) for rank in range(n)], f"got {results}, want sums {total:g} on own GPUs")
     noise = [line for line in stderr.getvalue().splitlines() if line.startswith("[rank ")]
-    expect(not noise, "ranks printed on stderr (the browser test fails on that):\n" + "\n".join(noise[:5]))
-    return f"{n} rank(s), rank r on cuda:r: CUDA and CPU sums both {total:g} (exact), nothing on stderr"
+    if noise:  # right sums with a warning: the machine works, and the warning may explain a later failure
+        note("ranks printed on stderr: " + " | ".join(noise[:3]) + (" ..." if len(noise) > 3 else ""))
+    return f"{n} rank(s), rank r on cuda:r: CUDA and CPU sums both {total:g} (exact)"
 
 
 def train_ddp_result(stdout: str) -> tuple[str, float, bool]:
@@ -257,14 +281,28 @@ def check_float16_gradscaler() -> str:
 
 
 def check_notebooks() -> str:
-    paths = [str(course_file(f"notebooks/{name}.ipynb").relative_to(ROOT)) for name in NOTEBOOKS]
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *paths]
-    # the repository's conftest.py sets what notebooks need under pytest; run_together reaps the kernels too
-    run = run_together([command], timeout=480, cwd=str(ROOT))[0]
-    lines = run.stdout.strip().splitlines() or ["no output"]
-    failed = [line for line in lines if line.startswith(("FAILED", "ERROR"))]
-    expect(run.returncode == 0, "\n".join([f"pytest exited {run.returncode}: {lines[-1]}", *failed]))
-    return f"{len(paths)} notebooks under nbval: {lines[-1]}"
+    """Each lesson with a GPU branch under nbval, alone, in this Python; pytest's whole output goes to ``LOG``."""
+    log = Path(LOG).resolve()
+    log.write_text("")
+    for path in gpu_notebooks():
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-current-env",
+                   str(path.relative_to(ROOT))]
+        # the repository's conftest.py sets what notebooks need under pytest; run_together reaps the kernels too
+        start = time.monotonic()
+        try:
+            run = run_together([command], timeout=NOTEBOOK_LIMIT, cwd=str(ROOT))[0]
+        except TimeoutError:
+            lessons[path.stem] = f"did not finish within {NOTEBOOK_LIMIT} s"
+        else:
+            with log.open("a") as file:
+                file.write(f"===== {path.name}\n{run.stdout}{run.stderr}\n")
+            failed = [line for line in run.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
+            lessons[path.stem] = "ran here" if run.returncode == 0 else f"failed: {(failed or ['pytest exited 1'])[0]}"
+        print(f"      {path.stem}: {lessons[path.stem]} ({time.monotonic() - start:.0f} s)", flush=True)  # progress
+    bad = {name: verdict for name, verdict in lessons.items() if verdict != "ran here"}
+    expect(not bad, "\n".join([f"{len(bad)} of {len(lessons)} GPU lessons failed under nbval; pytest's output "
+                                f"is in {log}", *(f"{name}: {verdict}" for name, verdict in bad.items())]))
+    return f"{len(lessons)} GPU lessons under nbval, all passed; pytest's output is in {log}"
 
 
 Check = Callable[[], str]
@@ -283,6 +321,35 @@ CHECKS: list[tuple[str, Check]] = [
 ]
 
 
+ROOTS = ("environment", "cuda-after-parent-init")  # every later check stands on these: after a FAIL, stop
+REMEDIES = [  # (words in a failure, what to do): the first that matches
+    ("unhandled system error", f"{SHARED_MEMORY_REMEDY}; where GPUs cannot reach each other directly (some PCIe "
+                               f"VMs), also NCCL_P2P_DISABLE=1"),
+    ("/dev/shm", SHARED_MEMORY_REMEDY),
+    ("busy or unavailable", "the GPUs are in exclusive-process mode or taken by another program (nvidia-smi says "
+                            "which): free them, or ask for the default compute mode"),
+    ("driver", DRIVER_REMEDY.format(cuda=torch.version.cuda)),
+    ("out of memory", "another program holds the GPUs' memory (nvidia-smi says which): free it and rerun"),
+    ("no answer within", "a GPU operation that never returns: rerun with NCCL_P2P_DISABLE=1 (GPUs that cannot "
+                         "reach each other directly) and NCCL_DEBUG=INFO to see where it waits"),
+    ("tolerance", "a difference past its tolerance on an A100, H100 or newer is TF32's rounding: unset "
+                  "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE and rerun; anywhere else, rerun with NCCL_DEBUG=INFO"),
+]
+DEFAULT_REMEDY = "rerun with NCCL_DEBUG=INFO for NCCL's own account, and keep this output for whoever helps"
+notes: list[str] = []  # what the running check noted (warnings under a PASS)
+lessons: dict[str, str] = {}  # lesson -> what its GPU cells did here, filled by the notebooks step
+
+
+def note(text: str) -> None:
+    """A warning for the running check's line: it passed, but this may explain a later failure."""
+    notes.append(text)
+
+
+def remedy(reason: str) -> str:
+    """What to do about a failure, from the words it was reported with."""
+    return next((fix for words, fix in REMEDIES if words in reason), DEFAULT_REMEDY)
+
+
 def _reason(error: Exception) -> str:
     if isinstance(error, CheckFailed):
         return str(error)
@@ -292,20 +359,48 @@ def _reason(error: Exception) -> str:
     return f"{type(error).__name__}: {error}\n(raised at {', called from '.join(dict.fromkeys(where))})"
 
 
-def run_checks(checks: Sequence[tuple[str, Check]]) -> dict[str, tuple[bool, str]]:
-    """Run every check in order, print one line for each, and return {name: (passed, figure or reason)}."""
+@contextlib.contextmanager
+def watchdog(name: str, limit: float) -> Iterator[None]:
+    """End this process, with a FAIL line and every thread's stack, if the block takes more than ``limit`` s:
+    a GPU call stuck in the driver cannot be interrupted, and the ranks and tools started here die with it."""
+    def stuck() -> None:
+        print(f"FAIL  {name:<22} no answer within {limit:g} s; where each thread was:", flush=True)
+        faulthandler.dump_traceback(file=sys.stdout, all_threads=True)
+        print(f"      what to do: {remedy('no answer within')}", flush=True)
+        os._exit(1)
+
+    timer = threading.Timer(limit, stuck)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def run_checks(checks: Sequence[tuple[str, Check]], limit: float = CHECK_LIMIT) -> dict[str, tuple[bool, str]]:
+    """Run the checks in order, print one line for each (a FAIL with what to do, a PASS with its notes), stop
+    after a failed root check, and return {name: (passed, figure or reason)}."""
     outcomes = {}
     for name, check in checks:
         start = time.monotonic()
+        notes.clear()
         try:
-            passed, text = True, check()
+            with watchdog(name, limit):
+                passed, text = True, check()
         except Exception as error:  # noqa: BLE001 - a failing check is reported, and the next one runs
             passed, text = False, _reason(error)
         first, *rest = text.splitlines() or [""]
         print(f"{'PASS' if passed else 'FAIL'}  {name:<22} {first}  ({time.monotonic() - start:.1f} s)", flush=True)
-        for line in [] if passed else rest if len(rest) <= 15 else [*rest[:4], "...", *rest[-10:]]:
-            print(f"      {line}")  # a traceback's first and last lines: what failed, and where
+        below = [f"note: {n}" for n in notes] if passed else [
+            *(rest if len(rest) <= 15 else [*rest[:4], "...", *rest[-10:]]),  # a traceback's first and last lines
+            f"what to do: {remedy(text)}"]
+        for line in below:
+            print(f"      {line}")
         outcomes[name] = (passed, text)
+        if not passed and name in ROOTS:
+            print(f"      stopped here: every later check needs {name} to pass")
+            break
     return outcomes
 
 
@@ -326,21 +421,41 @@ def recorded(check: str, path: Path = RECORD) -> dict | None:
     return json.loads(path.read_text()).get(check) if path.exists() else None
 
 
+def why_gpus_are_unusable(report: EnvironmentReport) -> str:
+    """What keeps torch from GPUs that the system lists, and what to do."""
+    if report.warnings:  # a CPU-only torch, or CUDA that cannot start: the report said it with the remedy
+        return "the warning above says why and what to do"
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        return f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r} hides them from torch: unset it"
+    return ("torch's CUDA finds none of them: in a container, start it with the GPUs passed in (docker run "
+            "--gpus all)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="./course check-gpu", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--no-notebooks", action="store_true", help="skip running the GPU notebooks under nbval")
     parser.add_argument("--record", action="store_true", help="store what passed in notebooks/gpu_recorded.json")
     options = parser.parse_args(argv)
-    if start_methods.gpu_count() == 0:  # asks NVML: nothing initialised, nothing to clean up
-        print(environment_report())
+    if start_methods.gpu_count() == 0:  # NVML's count, and a child process's CUDA where NVML lists GPUs
+        report = environment_report()
+        print(report)
+        if listed := gpus.system_gpu_count() or gpus.probe().listed:  # GPUs that this torch cannot use
+            print(f"FAIL  this machine has {listed} NVIDIA GPU(s) and this torch cannot use them, so the course's "
+                  f"GPU paths cannot run here: {why_gpus_are_unusable(report)}")
+            return 2
         print("No GPU here (torch.cuda.device_count() is 0), so there is nothing to check: the course's GPU paths "
               "are tested on CPU by faking what torch reports. Run this on a machine with GPUs.")
         return 0
     os.environ.setdefault("DPEDU_QUIET", "1")  # launch's note on the start method: the report says it already
+    lessons.clear()
     outcomes = run_checks([c for c in CHECKS if not (options.no_notebooks and c[0] == "notebooks")])
     failed = [name for name, (passed, _) in outcomes.items() if not passed]
     print(f"{len(outcomes) - len(failed)} passed, {len(failed)} failed" + (f": {', '.join(failed)}" if failed else ""))
+    if (ROOT / "notebooks").is_dir():  # a clone: the lessons are here to name
+        print("The GPU cells of each lesson that has them, on this machine:")
+        for path in gpu_notebooks():
+            print(f"  {path.stem}: {lessons.get(path.stem, 'not run (--no-notebooks, or the checks stopped first)')}")
     if options.record:
         record(outcomes, RECORD)
         print(f"recorded what passed of {', '.join(RECORDED)} in {RECORD}")

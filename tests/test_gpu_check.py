@@ -67,7 +67,10 @@ def test_one_line_per_check_and_a_failure_does_not_stop_the_next(capsys):
         ["PASS", "first"], ["FAIL", "second"], ["FAIL", "third"], ["PASS", "fourth"]]
     assert lines[0].startswith("PASS  first") and lines[0].endswith(" s)")
     assert "max |difference| 1.0e-07 (tolerance 1e-4)" in lines[0]
-    assert lines[2] == "      the details"  # a failure's reason, indented under its line
+    assert lines[2] == "      the details"  # a failure's reason, indented under its line, then what to do
+    assert lines[3].startswith("      what to do: a difference past its tolerance on an A100, H100 or newer is TF32")
+    assert lines[6] == "      what to do: " + gpu_check.remedy("CUDA error: out of memory")
+    assert gpu_check.remedy("CUDA error: out of memory").startswith("another program holds the GPUs' memory")
     assert outcomes["third"][0] is False and outcomes["third"][1].startswith("RuntimeError: CUDA error: out of memory")
     assert "in crashes" in outcomes["third"][1]  # where it was raised
 
@@ -78,17 +81,21 @@ def test_a_long_reason_shows_its_first_and_last_lines(capsys):
 
     gpu_check.run_checks([("long", long)])
     lines = capsys.readouterr().out.splitlines()
-    assert [line.strip() for line in lines[1:]] == ["line 1", "line 2", "line 3", "line 4", "...",
-                                                    *(f"line {i}" for i in range(30, 40))]
+    assert [line.strip() for line in lines[1:-1]] == ["line 1", "line 2", "line 3", "line 4", "...",
+                                                     *(f"line {i}" for i in range(30, 40))]
+    assert lines[-1] == f"      what to do: {gpu_check.DEFAULT_REMEDY}"
 
 
 def test_the_exit_code_says_whether_a_check_failed(fake_gpus, monkeypatch, capsys):
     fake_gpus(1)  # a GPU machine, as far as the checks are told
     monkeypatch.setattr(gpu_check, "CHECKS", [("first", passes), ("notebooks", fails)])
     assert gpu_check.main([]) == 1
-    assert capsys.readouterr().out.splitlines()[-1] == "1 passed, 1 failed: notebooks"
+    lines = capsys.readouterr().out.splitlines()
+    assert "1 passed, 1 failed: notebooks" in lines
+    assert lines[-1] == "  appendix_circulating_code: not run (--no-notebooks, or the checks stopped first)"
     assert gpu_check.main(["--no-notebooks"]) == 0
-    assert "notebooks" not in capsys.readouterr().out  # skipped, not run
+    assert "notebooks" not in [line.split()[1] for line in capsys.readouterr().out.splitlines()
+                               if line.startswith(("PASS", "FAIL"))]  # skipped, not run
 
 
 def fake_report(**changes) -> EnvironmentReport:
@@ -101,8 +108,10 @@ def fake_report(**changes) -> EnvironmentReport:
 def test_the_environment_check_reads_the_report(fake_gpus, monkeypatch, capsys):
     fake_gpus(1)
     monkeypatch.setattr(gpu_check, "environment_report", fake_report)
-    assert gpu_check.check_environment() == "1 GPU(s) (Fake GPU), nccl available, ranks start from a forkserver"
+    assert gpu_check.check_environment() == "1 GPU(s) (Fake GPU), nccl available, ranks start by forkserver"
     assert "GPU 0: Fake GPU, 80.0 GiB" in capsys.readouterr().out  # the report is printed
+    monkeypatch.setattr(gpu_check, "environment_report", lambda: fake_report(start_method="spawn"))
+    assert gpu_check.check_environment().endswith("ranks start by spawn")  # DPEDU_START_METHOD=spawn is fine
     for changes, reason in [({"start_method": "fork"}, "start by fork"), ({"gpus": ()}, "lists 0 GPU"),
                             ({"backends": {"gloo": True, "nccl": False}}, "no nccl"),
                             ({"gpus": (GPU(0, "unusable by torch: driver too old", 0.0),)}, "cannot use")]:
@@ -149,7 +158,7 @@ def test_without_the_repository_the_notebook_check_fails_saying_so(monkeypatch, 
     monkeypatch.setattr(gpu_check, "ROOT", tmp_path)  # the scripts ship in dpedu; the notebooks need a clone
     gpu_check.run_checks([("notebooks", gpu_check.check_notebooks)])
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("FAIL  notebooks") and "notebooks/00_welcome.ipynb is not here" in lines[0]
+    assert lines[0].startswith("FAIL  notebooks") and "notebooks is not here" in lines[0]
 
 
 def _forked_after_cuda() -> str:
@@ -172,14 +181,14 @@ def _sums_as_nccl_would(noisy: bool) -> tuple[int, float, float]:
 
 
 @pytest.mark.parametrize("noisy", [False, True])
-def test_the_all_reduce_check_fails_on_anything_ranks_print_on_stderr(fake_gpus, monkeypatch, noisy):
+def test_what_ranks_print_on_stderr_is_a_note_under_a_pass_not_a_failure(fake_gpus, monkeypatch, capsys, noisy):
     fake_gpus(2)  # two gloo ranks stand in for the nccl ones
     monkeypatch.setattr(gpu_check, "launch", lambda fn, n, backend: launch(_sums_as_nccl_would, n, args=(noisy,)))
-    if noisy:
-        with pytest.raises(gpu_check.CheckFailed, match=r"printed on stderr.*\n\[rank 0\] NCCL WARN something"):
-            gpu_check.check_nccl_all_reduce()
-    else:
-        assert "sums both 3" in gpu_check.check_nccl_all_reduce()
+    outcomes = gpu_check.run_checks([("nccl-all-reduce", gpu_check.check_nccl_all_reduce)])
+    lines = capsys.readouterr().out.splitlines()
+    assert outcomes["nccl-all-reduce"][0] and "sums both 3" in lines[0]
+    notes = [line for line in lines if line.startswith("      note: ranks printed on stderr")]
+    assert len(notes) == noisy and (not noisy or "[rank 0] NCCL WARN something" in notes[0])
 
 
 def test_the_sync_batchnorm_check_runs_on_cpu_ranks_without_a_gpu():
@@ -248,3 +257,109 @@ def test_the_train_addition_check_judges_the_scripts_summary(fake_gpus, monkeypa
     line = capsys.readouterr().out.splitlines()[0]
     assert verdict in line and line.startswith("PASS" if not changes else "FAIL")
     assert "--nproc_per_node=2" in seen[0] and "dpedu.scripts.train_addition" in seen[0]
+
+
+def test_after_a_failed_root_check_the_rest_are_not_run(capsys):
+    outcomes = gpu_check.run_checks([("first", passes), ("environment", fails), ("third", passes)])
+    assert list(outcomes) == ["first", "environment"]
+    assert "      stopped here: every later check needs environment to pass" in capsys.readouterr().out.splitlines()
+    assert list(gpu_check.run_checks([("second", fails), ("third", passes)])) == ["second", "third"]  # not a root
+
+
+def test_a_pass_carries_its_notes_and_the_next_check_starts_without_them(capsys):
+    def noted():
+        gpu_check.note("/dev/shm has 64 MB")
+        return "fine"
+
+    gpu_check.run_checks([("noted", noted), ("plain", passes)])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("PASS  noted") and lines[1] == "      note: /dev/shm has 64 MB"
+    assert lines[2].startswith("PASS  plain") and len(lines) == 3
+
+
+@pytest.mark.parametrize(("reason", "words"), [
+    ("DistBackendError: NCCL error: unhandled system error", "--shm-size=8g"),
+    ("RuntimeError: CUDA error: all CUDA-capable devices are busy or unavailable", "exclusive-process mode"),
+    ("RuntimeError: The NVIDIA driver on your system is too old", "update the NVIDIA driver"),
+    ("max |difference| 1.7e-03 (tolerance 1e-4)", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"),
+    ("something nobody foresaw", "NCCL_DEBUG=INFO"),
+])
+def test_each_known_failure_gets_its_remedy(reason, words):
+    assert words in gpu_check.remedy(reason)
+
+
+STUCK = """
+import sys, threading, time
+from dpedu import gpu_check
+
+def hangs():
+    threading.Event().wait()  # as a collective whose peer never comes
+
+gpu_check.run_checks([("first", lambda: "fine"), ("stuck", hangs), ("never", lambda: "reached")], limit=1)
+"""
+
+
+def test_a_check_that_gives_no_answer_is_a_failure_with_where_it_hung():
+    run = subprocess.run([sys.executable, "-c", STUCK], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("PASS  first")
+    assert lines[1] == "FAIL  stuck                  no answer within 1 s; where each thread was:"
+    assert "in hangs" in run.stdout and "NCCL_P2P_DISABLE=1" in lines[-1] and "PASS  never" not in run.stdout
+
+
+def test_the_gpu_notebooks_are_found_from_their_cells(tmp_path):
+    def notebook(name, *sources):
+        cells = [{"cell_type": "markdown" if s.startswith("#") else "code", "source": [s]} for s in sources]
+        (tmp_path / f"{name}.ipynb").write_text(json.dumps({"cells": cells}))
+
+    notebook("a", "gpus = gpu_count()")
+    notebook("b", "if torch.cuda.device_count() >= 2:\n    pass")
+    notebook("c", "# we count GPUs with gpu_count() in prose", "x = my_gpu_count")
+    assert [p.name for p in gpu_check.gpu_notebooks(tmp_path)] == ["a.ipynb", "b.ipynb"]
+    assert [p.stem for p in gpu_check.gpu_notebooks()] == [
+        "00_welcome", "01_gd_sgd_minibatch", "02_data_parallelism_by_hand", "03_ddp_from_a_notebook",
+        "09_beyond_data_parallelism", "10_a_real_training_run", "appendix_circulating_code"]
+
+
+def test_the_notebook_step_runs_each_lesson_alone_logs_it_and_gives_a_verdict_each(monkeypatch, tmp_path, capsys):
+    monkeypatch.chdir(tmp_path)
+    seen = []
+
+    def fake_run_together(commands, timeout, **kwargs):
+        seen.append(commands[0])
+        if "01_gd_sgd_minibatch" in commands[0][-1]:
+            raise TimeoutError("still running")
+        if "03_ddp_from_a_notebook" in commands[0][-1]:
+            return [Finished(list(commands[0]), 1, "FAILED notebooks/03_ddp_from_a_notebook.ipynb::Cell 45\n"
+                                                   "1 failed", "")]
+        return [Finished(list(commands[0]), 0, "4 passed", "")]
+
+    monkeypatch.setattr(gpu_check, "run_together", fake_run_together)
+    gpu_check.lessons.clear()
+    gpu_check.run_checks([("notebooks", gpu_check.check_notebooks)])
+    assert all("--nbval-current-env" in command for command in seen) and len(seen) == 7
+    assert gpu_check.lessons["00_welcome"] == "ran here"
+    assert gpu_check.lessons["01_gd_sgd_minibatch"] == f"did not finish within {gpu_check.NOTEBOOK_LIMIT} s"
+    assert gpu_check.lessons["03_ddp_from_a_notebook"] == (
+        "failed: FAILED notebooks/03_ddp_from_a_notebook.ipynb::Cell 45")
+    out = capsys.readouterr().out
+    assert out.startswith("      00_welcome: ran here (")  # progress, lesson by lesson
+    assert "FAIL  notebooks              2 of 7 GPU lessons failed under nbval" in out
+    log = (tmp_path / gpu_check.LOG).read_text()
+    assert "===== 03_ddp_from_a_notebook.ipynb\nFAILED" in log and str(tmp_path / gpu_check.LOG) in out
+
+
+def test_nvidia_gpus_that_this_torch_cannot_use_end_the_check_with_exit_2(monkeypatch, capsys):
+    monkeypatch.setattr(start_methods, "gpu_count", lambda: 0)
+    monkeypatch.setattr(gpu_check.gpus, "system_gpu_count", lambda: 2)  # the driver lists two GPUs
+    monkeypatch.setattr(gpu_check, "environment_report", lambda: fake_report(
+        gpus=(), warnings=("this machine has NVIDIA GPUs but this torch (2.13.0+cpu) is a CPU-only build: ...",)))
+    assert gpu_check.main([]) == 2
+    out = capsys.readouterr().out
+    assert "Warning: this machine has NVIDIA GPUs but this torch" in out  # the report, with the install line
+    assert "FAIL  this machine has 2 NVIDIA GPU(s)" in out and "the warning above says why" in out
+    monkeypatch.setattr(gpu_check, "environment_report", lambda: fake_report(gpus=()))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert gpu_check.main([]) == 2
+    assert "CUDA_VISIBLE_DEVICES='' hides them from torch: unset it" in capsys.readouterr().out

@@ -5,17 +5,14 @@ Used in lesson 00 and by ``./course check-gpu``.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
-import subprocess
-import sys
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
-from dpedu.runtime import start_methods
+from dpedu.runtime import gpus, start_methods
 
 
 @dataclass(frozen=True)
@@ -35,48 +32,58 @@ class EnvironmentReport:
     backends: dict[str, bool]
     start_method: str
     start_method_why: str | None
+    cuda: str | None = None  # the CUDA this torch was built with (None: a CPU-only build)
+    driver: str | None = None  # the NVIDIA driver's version, where there is one
+    shared_memory: int | None = None  # bytes in /dev/shm
+    matmul_precision: str = "highest"  # torch.get_float32_matmul_precision(): "high" means TF32 on GPUs
+    warnings: tuple[str, ...] = ()  # what will bite on this machine, each with what to do
 
     def __str__(self) -> str:
         gpus = "\n".join(f"  GPU {g.index}: {g.name}, {g.memory_gib:.1f} GiB" for g in self.gpus) or "  none"
         backends = ", ".join(f"{name} {'yes' if ok else 'no'}" for name, ok in self.backends.items())
-        return (f"Python {self.python}, torch {self.torch}, on {self.system}\n"
-                f"CPU cores: {self.cpu_cores}\nGPUs:\n{gpus}\n"
-                f"torch.distributed backends: {backends}\n"
-                f"dpedu.launch starts ranks by: {self.start_method}"
-                + (f" ({self.start_method_why})" if self.start_method_why else ""))
+        build = f"CUDA {self.cuda}" if self.cuda else "CPU only"
+        lines = [f"Python {self.python}, torch {self.torch} ({build}), on {self.system}",
+                 f"CPU cores: {self.cpu_cores}", f"GPUs:\n{gpus}"]
+        if self.gpus:  # what GPU runs depend on; the CPU lessons do not
+            shm = "none" if self.shared_memory is None else f"{self.shared_memory / 2**30:.1f} GiB"
+            lines.append(f"NVIDIA driver {self.driver or 'unknown'}; /dev/shm {shm}; "
+                         f"float32 matmul precision {self.matmul_precision!r}")
+        lines += [f"torch.distributed backends: {backends}",
+                  f"dpedu.launch starts ranks by: {self.start_method}"
+                  + (f" ({self.start_method_why})" if self.start_method_why else "")]
+        return "\n".join(lines + [f"Warning: {w}" for w in self.warnings])
 
 
-def _gpu_properties() -> list[tuple[str, int]]:
-    """(name, memory in bytes) of each GPU; initialises CUDA in the process that calls it."""
-    return [(p.name, p.total_memory) for p in map(torch.cuda.get_device_properties, range(torch.cuda.device_count()))]
+def _gpus(found: gpus.Probe) -> tuple[GPU, ...]:
+    """Each GPU NVML lists, with its name and memory as CUDA read them in a child process (``gpus.probe``),
+    or the reason CUDA could not start."""
+    if found.error is not None:  # NVML sees GPUs but CUDA cannot start (driver too old, GPUs busy, ...)
+        return tuple(GPU(i, f"unusable by torch: {found.error}", 0.0) for i in range(found.listed))
+    return tuple(GPU(i, name, memory / 2**30) for i, (name, memory) in enumerate(found.properties))
 
 
-def _gpus() -> tuple[GPU, ...]:
-    """Each GPU's name and memory, read without initialising CUDA in this process.
-
-    A process with CUDA initialised can no longer fork ranks that use it (``dpedu.launch`` would
-    fall back to the slower spawn), so unless CUDA is already up the properties are read in a
-    short-lived child process.
-    """
-    if not start_methods.gpu_count():
-        return ()
-    if torch.cuda.is_initialized():
-        found = _gpu_properties()
-    else:
-        child = ("import json; from dpedu.runtime.environment import _gpu_properties; "
-                 "print(json.dumps(_gpu_properties()))")
-        run = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
-        if run.returncode != 0:  # NVML sees GPUs but CUDA cannot start (driver too old, GPUs busy, ...)
-            why = (run.stderr.strip().splitlines() or ["unknown error"])[-1]
-            return tuple(GPU(i, f"unusable by torch: {why}", 0.0) for i in range(start_methods.gpu_count()))
-        found = json.loads(run.stdout.strip().splitlines()[-1])
-    return tuple(GPU(i, name, memory / 2**30) for i, (name, memory) in enumerate(found))
+def _warnings(found: gpus.Probe, shared_memory: int | None) -> tuple[str, ...]:
+    """What will make this machine's GPU paths fail, each with its remedy."""
+    said = []
+    if found.error is not None:
+        said.append(f"CUDA cannot start ({found.error}): {gpus.DRIVER_REMEDY.format(cuda=torch.version.cuda)}")
+    if torch.version.cuda is None and gpus.system_gpu_count():
+        release = torch.__version__.split("+")[0]
+        said.append(gpus.CPU_ONLY_REMEDY.format(version=torch.__version__, release=release))
+    if len(found.properties) >= 2 and shared_memory is not None and shared_memory < gpus.SHARED_MEMORY_NEEDED:
+        said.append(f"/dev/shm has {shared_memory / 2**20:.0f} MB: {gpus.SHARED_MEMORY_REMEDY}")
+    if found.properties and (overrides := gpus.tf32_overrides()):
+        said.append(f"{', '.join(f'{k}={v}' for k, v in overrides.items())} makes float32 matrix products on "
+                    f"GPUs round to TF32 (10 bits); the course pins full precision where it compares GPU "
+                    f"results with CPU ones, but your own code gets TF32")
+    return tuple(said)
 
 
 def environment_report() -> EnvironmentReport:
-    """Versions, cores, GPUs with their memory, the torch.distributed backends built in, and how
-    ``dpedu.launch`` starts ranks here (and why, when it cannot fork)."""
-    gpus = _gpus()
+    """Versions, cores, GPUs with their memory, the torch.distributed backends built in, how ``dpedu.launch``
+    starts ranks here (and why, when it cannot fork), and, where GPUs are listed, what GPU runs depend on
+    (driver, shared memory, TF32), with a warning for each thing that will bite. Leaves CUDA uninitialised."""
+    found = gpus.probe()
     available = dist.is_available()
     backends = {
         "gloo": available and dist.is_gloo_available(),
@@ -84,7 +91,10 @@ def environment_report() -> EnvironmentReport:
         "mpi": available and dist.is_mpi_available(),
     }
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    shared_memory = gpus.shared_memory_bytes()
     return EnvironmentReport(platform.python_version(), torch.__version__,
-                             f"{platform.system()} {platform.machine()}", cores, gpus, backends,
-                             *start_methods.choose_start_method())
-
+                             f"{platform.system()} {platform.machine()}", cores, _gpus(found), backends,
+                             *start_methods.choose_start_method(), cuda=torch.version.cuda,
+                             driver=gpus.driver_version(), shared_memory=shared_memory,
+                             matmul_precision=torch.get_float32_matmul_precision(),
+                             warnings=_warnings(found, shared_memory))

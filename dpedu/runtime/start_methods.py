@@ -26,6 +26,8 @@ import sys
 
 import torch
 
+from dpedu.runtime import gpus
+
 __all__ = ["gpu_count", "choose_start_method", "context"]
 
 # What is imported once before ranks start, so that no rank pays for it: the rank entry point (torch,
@@ -41,9 +43,11 @@ def gpu_count() -> int:
 
     ``torch.cuda.device_count()`` asks NVML and, as torch documents, does not spoil a later fork when
     NVML answers; ``torch.cuda.is_available()`` calls cuInit and does (unless
-    ``PYTORCH_NVML_BASED_CUDA_CHECK=1``). dpedu asks this way everywhere.
+    ``PYTORCH_NVML_BASED_CUDA_CHECK=1``). But NVML also lists GPUs that CUDA cannot start (a driver too
+    old for this torch), so where it lists any, ``gpus.probe`` starts CUDA once in a child process:
+    GPUs it cannot start count as none, with a warning that says why. dpedu asks this way everywhere.
     """
-    return torch.cuda.device_count()
+    return gpus.usable_count()
 
 
 def choose_start_method(start_method: str | None = None) -> tuple[str, str | None]:
@@ -88,6 +92,7 @@ def _import_preload() -> None:
 # Where ranks will be forked from this process, import PRELOAD with dpedu (the first cell of a lesson),
 # so that the first launch is as quick as the next ones. Not in a process that multiprocessing spawned (a
 # rank, a DataLoader worker; named before it imports anything): it launches nothing, and a spawned rank
-# would pay ~1 s for the import whether or not its function uses DDP.
-if mp.current_process().name == "MainProcess" and choose_start_method()[0] == "fork":
+# would pay ~1 s for the import whether or not its function uses DDP. Nor where NVML lists GPUs: ranks start
+# from a forkserver there, and asking whether CUDA can start would cost a child process at every import.
+if mp.current_process().name == "MainProcess" and not torch.cuda.device_count() and choose_start_method()[0] == "fork":
     _import_preload()

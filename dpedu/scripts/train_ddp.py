@@ -23,6 +23,8 @@ import torch.distributed as dist
 from dpedu.data_parallel import digits_ddp
 from dpedu.datasets import digits
 from dpedu.models import mlp
+from dpedu.runtime.float32_precision import pin_full_float32_precision
+from dpedu.runtime.gpus import one_gpu_per_local_rank
 
 
 def main() -> None:
@@ -34,11 +36,11 @@ def main() -> None:
     args = parser.parse_args()
 
     local_rank = int(os.environ["LOCAL_RANK"])
-    # The same answer on every rank: a GPU each, or all on the CPU (a mix would hang in the first collective).
-    gpus = torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"])
+    gpus = one_gpu_per_local_rank(local_rank, int(os.environ["LOCAL_WORLD_SIZE"]), "train_ddp")  # same on every rank
     device = torch.device("cuda", local_rank) if gpus else torch.device("cpu")
     if gpus:
         torch.cuda.set_device(device)
+        pin_full_float32_precision()  # ./course check-gpu compares the result with one CPU process: no TF32
     # nccl moves CUDA tensors; gloo keeps CPU collectives (the replica check below) working beside it.
     dist.init_process_group("cpu:gloo,cuda:nccl" if gpus else "gloo")  # reads the variables torchrun set
     torch.set_num_threads(1)

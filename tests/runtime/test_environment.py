@@ -1,7 +1,10 @@
+import pytest
 import torch
 import torch.distributed as dist
 
 from dpedu import environment_report
+from dpedu.runtime import gpus
+from dpedu.runtime.gpus import Probe
 
 
 def test_report_agrees_with_torch_and_leaves_cuda_alone():
@@ -17,20 +20,38 @@ def test_report_agrees_with_torch_and_leaves_cuda_alone():
     assert f"dpedu.launch starts ranks by: {report.start_method}" in text
 
 
-def test_gpus_are_read_in_a_child_while_cuda_is_not_initialised(fake_gpus, monkeypatch):
-    from dpedu.runtime import environment
+def test_gpus_that_torch_cannot_use_are_reported_not_raised_with_the_remedy(monkeypatch):
+    monkeypatch.setattr(gpus, "probe", lambda: Probe(2, error="CUDA driver version is insufficient"))
+    with pytest.warns(RuntimeWarning, match="so dpedu runs on the CPU"):  # counting them, for the start method
+        report = environment_report()
+    assert [g.index for g in report.gpus] == [0, 1] and all(g.name.startswith("unusable by torch") for g in report.gpus)
+    assert any("update the NVIDIA driver" in w for w in report.warnings)
+    assert "Warning: CUDA cannot start" in str(report)
 
-    real_count = torch.cuda.device_count()
-    fake_gpus(1)  # take the child path even without a GPU
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
-    assert len(environment._gpus()) == real_count  # what the child read
+
+def test_two_gpus_with_dockers_64_mb_of_shared_memory_get_the_container_options(monkeypatch):
+    monkeypatch.setattr(gpus, "probe", lambda: Probe(2, (("Tesla T4", 15 * 2**30),) * 2))
+    monkeypatch.setattr(gpus, "shared_memory_bytes", lambda: 64 * 2**20)
+    report = environment_report()
+    assert [g.name for g in report.gpus] == ["Tesla T4"] * 2 and report.shared_memory == 64 * 2**20
+    (warning,) = report.warnings
+    assert "/dev/shm has 64 MB" in warning and "--ipc=host" in warning and "--shm-size" in warning
+    assert "/dev/shm 0.1 GiB" in str(report)
+    monkeypatch.setattr(gpus, "probe", lambda: Probe(1, (("Tesla T4", 15 * 2**30),)))
+    assert environment_report().warnings == ()  # one GPU: no peer to share memory with
 
 
-def test_gpus_that_torch_cannot_use_are_reported_not_raised(fake_gpus, monkeypatch):
-    from dpedu.runtime import environment
+def test_a_tf32_override_is_named_where_there_are_gpus(monkeypatch):
+    monkeypatch.setattr(gpus, "probe", lambda: Probe(1, (("NVIDIA H100", 80 * 2**30),)))
+    monkeypatch.setenv("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "1")
+    (warning,) = environment_report().warnings
+    assert warning.startswith("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 makes float32 matrix products") and "TF32" in warning
 
-    fake_gpus(2)  # NVML sees two GPUs ...
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
-    monkeypatch.setattr(environment.sys, "executable", "false")  # ... and the child reading them fails
-    gpus = environment._gpus()
-    assert [g.index for g in gpus] == [0, 1] and all(g.name.startswith("unusable by torch") for g in gpus)
+
+def test_a_cpu_only_torch_on_a_machine_with_nvidia_gpus_gets_the_install_line(monkeypatch):
+    monkeypatch.setattr(gpus, "probe", lambda: Probe(0))  # a CPU-only torch lists no GPUs ...
+    monkeypatch.setattr(gpus, "system_gpu_count", lambda: 4)  # ... on a machine whose driver lists four
+    monkeypatch.setattr(torch.version, "cuda", None)
+    (warning,) = environment_report().warnings
+    release = torch.__version__.split("+")[0]
+    assert "CPU-only build" in warning and f'"torch=={release}"' in warning and "pypi.org/simple" in warning

@@ -71,6 +71,7 @@ if hasattr(torch._C, "_cuda_getDeviceCount"):
     torch._C._cuda_getDeviceCount = recorder("_cuda_getDeviceCount")
 torch.cuda.device_count = lambda: 2   # what NVML would answer on a machine with two GPUs
 import dpedu, dpedu.runtime.environment, dpedu.runtime.launcher, dpedu.runtime.start_methods
+dpedu.runtime.gpus._CHILD = "import json; print(json.dumps([['GPU', 1]] * 2))"  # CUDA's answer in the child
 for module in sys.argv[1:]:
     __import__(module)
 print(dpedu.runtime.start_methods.choose_start_method()[0], dpedu.runtime.start_methods.gpu_count(),

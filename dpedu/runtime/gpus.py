@@ -1,0 +1,151 @@
+"""Which GPUs this machine has and whether torch can use them, found without initialising CUDA here.
+
+Three sources, and what it means when they disagree:
+
+- NVML (``torch.cuda.device_count()``) lists the GPUs without starting CUDA, so that a later fork stays
+  safe (``start_methods``). But it also lists GPUs that CUDA cannot start: a driver older than the CUDA
+  this torch was built with, GPUs busy in exclusive-process mode.
+- CUDA itself, started once in a short-lived child process (``probe``), says whether torch can use them.
+  The answer is kept for the life of this process; GPUs that CUDA cannot start count as none
+  (``usable_count``), with a warning that says why and what to do.
+- The system (``/proc/driver/nvidia/gpus``, ``nvidia-smi -L``) lists NVIDIA GPUs whatever torch was built
+  with: GPUs there and none for torch means a CPU-only torch (``system_gpu_count``).
+
+Also the machine's side of multi-GPU NCCL: shared memory (``/dev/shm``, which Docker sizes to 64 MB
+unless told otherwise), and the settings that make float32 matrix products on GPUs round to TF32.
+
+Used by ``start_methods.gpu_count`` (so by every GPU branch of dpedu), lesson 00's environment report
+and ``./course check-gpu``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+__all__ = ["Probe", "probe", "usable_count", "one_gpu_per_local_rank", "system_gpu_count", "driver_version",
+           "shared_memory_bytes", "tf32_overrides", "DRIVER_REMEDY", "CPU_ONLY_REMEDY", "SHARED_MEMORY_REMEDY",
+           "SHARED_MEMORY_NEEDED"]
+
+NVIDIA_PROC = Path("/proc/driver/nvidia")  # the driver's own files: its version, one folder per GPU
+SHARED_MEMORY_NEEDED = 2**30  # bytes; NCCL's shared-memory segments between GPUs outgrow Docker's 64 MB default
+SHARED_MEMORY_REMEDY = ("NCCL between GPUs needs more shared memory than /dev/shm has: start the container with "
+                        "--ipc=host or --shm-size=8g (or set NCCL_SHM_DISABLE=1, slower)")
+DRIVER_REMEDY = ("update the NVIDIA driver to one that supports CUDA {cuda}, or install a torch "
+                 "built for the CUDA your driver has (https://pytorch.org/get-started/locally/ gives the "
+                 "--index-url for each); if the GPUs are in exclusive-process mode, free them or ask for the "
+                 "default compute mode")
+CPU_ONLY_REMEDY = ("this machine has NVIDIA GPUs but this torch ({version}) is a CPU-only build: install PyPI's "
+                   "default Linux build, which includes CUDA: pip install --force-reinstall "
+                   "--index-url https://pypi.org/simple \"torch=={release}\"")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What NVML listed, and what CUDA, started in a child process, found: (name, memory in bytes) per GPU,
+    or why it could not start."""
+    listed: int
+    properties: tuple[tuple[str, int], ...] = ()
+    error: str | None = None
+
+
+def _properties_here() -> list[tuple[str, int]]:  # initialises CUDA in the process that calls it
+    return [(p.name, p.total_memory) for p in map(torch.cuda.get_device_properties, range(torch.cuda.device_count()))]
+
+
+_CHILD = "import json; from dpedu.runtime.gpus import _properties_here; print(json.dumps(_properties_here()))"
+
+
+@functools.cache
+def probe() -> Probe:
+    """NVML's count, and each GPU's properties read by CUDA in a short-lived child process (here, if CUDA is
+    already up in this process). Computed once per process."""
+    listed = torch.cuda.device_count()  # NVML: CUDA stays uninitialised
+    if listed == 0:
+        return Probe(0)
+    if torch.cuda.is_initialized():
+        return Probe(listed, tuple(map(tuple, _properties_here())))
+    try:
+        run = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return Probe(listed, error="starting CUDA took more than 120 s")
+    if run.returncode != 0:
+        return Probe(listed, error=(run.stderr.strip().splitlines() or [f"exit code {run.returncode}"])[-1])
+    return Probe(listed, tuple(map(tuple, json.loads(run.stdout.strip().splitlines()[-1]))))
+
+
+def usable_count() -> int:
+    """How many GPUs torch can use here: NVML's count where CUDA starts, 0 (with a warning) where it does not."""
+    found = probe()
+    if found.error is not None:
+        _warn_once(f"NVML lists {found.listed} GPU(s), but CUDA cannot start ({found.error}), so dpedu runs on "
+                   f"the CPU; to use them, {DRIVER_REMEDY.format(cuda=torch.version.cuda)}")
+    return len(found.properties)
+
+
+@functools.cache
+def _warn_once(message: str) -> None:
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def one_gpu_per_local_rank(local_rank: int, local_world_size: int, script: str) -> bool:
+    """For a rank of a torchrun ``script``: whether every process on this machine can have a GPU of its own,
+    which CUDA can start. Otherwise all run on the CPU, the same answer on every rank (a mix would hang in the
+    first collective), and local rank 0 says why on stderr where there are GPUs it cannot use. Where NVML
+    lists enough GPUs this starts CUDA in the calling process, which uses them next."""
+    listed = torch.cuda.device_count()  # NVML
+    usable = listed >= local_world_size and torch.cuda.is_available()  # is_available: can CUDA start?
+    if listed and not usable and local_rank == 0:
+        why = (f"{listed} GPU(s) for {local_world_size} ranks on this machine (--nproc-per-node={listed} would use "
+               f"them)" if listed < local_world_size else
+               f"CUDA cannot start: {DRIVER_REMEDY.format(cuda=torch.version.cuda)}")
+        print(f"{script}: every rank runs on the CPU: {why}", file=sys.stderr, flush=True)
+    return usable
+
+
+def system_gpu_count() -> int:
+    """NVIDIA GPUs that the system lists, asked without torch (the driver's /proc entries, else nvidia-smi)."""
+    listing = NVIDIA_PROC / "gpus"
+    if listing.is_dir():
+        return len(list(listing.iterdir()))
+    if (smi := shutil.which("nvidia-smi")) is None:
+        return 0
+    try:
+        run = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        return 0
+    return sum(line.startswith("GPU ") for line in run.stdout.splitlines())
+
+
+def driver_version() -> str | None:
+    """The NVIDIA driver's version, from /proc (no CUDA, no NVML); None where there is none."""
+    version = NVIDIA_PROC / "version"
+    if not version.exists():
+        return None
+    words = version.read_text().split()
+    found = [w for w in words if w.count(".") >= 1 and w.replace(".", "").isdigit()]
+    return found[0] if found else None
+
+
+def shared_memory_bytes() -> int | None:
+    """The size of /dev/shm, where NCCL puts the buffers GPUs of one machine exchange; None where there is none."""
+    if not os.path.isdir("/dev/shm"):
+        return None
+    stats = os.statvfs("/dev/shm")
+    return stats.f_frsize * stats.f_blocks
+
+
+def tf32_overrides() -> dict[str, str]:
+    """The environment variable that turns TF32 on for float32 matrix products, where it is set (some vendor
+    containers set it; torch reads it when it starts)."""
+    value = os.environ.get("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "")
+    return {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": value} if value not in ("", "0") else {}
