@@ -13,9 +13,11 @@ What it uses, each for real: DistributedSampler with set_epoch; gradient accumul
 cosine learning rate per optimizer step of the global batch; clipping of the averaged gradient; float16
 autocast with a GradScaler on GPUs, float32 on CPUs (bfloat16 on request: --precision bfloat16); a progress
 bar and logs on rank 0 only (none when DPEDU_QUIET=1); the global training loss (all ranks' mean);
-atomic checkpoints holding everything a resumed run needs to continue bit for bit; held-out exact-match
-accuracy evaluated on unpadded shards and summed; with --noise-scale, every step's squared gradient norms,
-each rank's and the averaged one, read by a communication hook on DDP's all-reduce (the gradient noise scale).
+atomic checkpoints holding everything a resumed run needs to continue bit for bit (shown on CPUs with gloo;
+unchecked on GPUs, whose kernels need not be deterministic), resumed only by the same run (the same settings,
+precision and device type); held-out exact-match accuracy evaluated on unpadded shards and summed; with
+--noise-scale, every step's squared gradient norms, each rank's and the averaged one, read by a communication
+hook on DDP's all-reduce (the gradient noise scale), except on float16 steps GradScaler skipped (listed).
 Rank 0 prints a JSON summary as the last line of its output (and writes it to --summary).
 
 When every process on a machine can have a GPU of its own, each uses its own; otherwise all run on the
@@ -37,6 +39,7 @@ from tqdm import tqdm
 
 from dpedu.beyond.mixed_precision import BF16_ENV
 from dpedu.cluster.checkpoints import load_checkpoint, save_atomically
+from dpedu.runtime.gpus import one_gpu_per_local_rank
 from dpedu.training_run import replicas
 from dpedu.training_run.addition import VOCABULARY, addition_splits, sequence_length
 from dpedu.training_run.batches import epoch_batches, micro_batch_size, steps_per_epoch
@@ -46,7 +49,8 @@ from dpedu.training_run.gradient_norms import GradientNorms, recording_allreduce
 from dpedu.training_run.schedule import learning_rate
 from dpedu.training_run.step import PRECISIONS, resolve_precision, train_step
 
-# The settings that define the run's arithmetic: a checkpoint resumes only a run with the same ones.
+# The settings that define the run's arithmetic: a checkpoint resumes only a run with the same ones, and with
+# the same precision (auto resolved) and device type, which `train` adds.
 RUN_SETTINGS = ("digits", "train_examples", "heldout_examples", "data_seed", "width", "heads", "layers", "dropout",
                 "steps", "global_batch", "accumulate", "lr", "warmup", "final_lr", "weight_decay", "clip", "seed")
 
@@ -76,14 +80,16 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     add("--num-workers", type=int, default=0, help="DataLoader worker processes per rank")
     add("--checkpoint", help="file every rank can read; rank 0 writes it atomically")
     add("--checkpoint-every", type=int, default=0, help="steps between checkpoints (0: only at the end)")
-    add("--resume", action="store_true", help="continue from --checkpoint (it must exist)")
+    add("--resume", action="store_true",
+        help="continue from --checkpoint (it must exist, written with the same settings, precision and device type)")
     add("--stop-after-step", type=int,
         help="stop after this step as if killed: no final checkpoint; the summary says only where it stopped")
     add("--log-every", type=int, default=50, help="steps between rank 0's log lines (and global-loss reductions)")
     add("--summary", help="where rank 0 writes the JSON summary (it always prints it)")
     add("--noise-scale", action="store_true",
         help="record every step's squared gradient norms, each rank's and the averaged one, for the gradient noise "
-             "scale (in the summary; the steps this process ran)")
+             "scale (in the summary; the steps this process ran, but float16 steps whose gradients overflowed, "
+             "which GradScaler skipped: their numbers are listed)")
     args = parser.parse_args(argv)
     positive = ("digits", "train_examples", "heldout_examples", "width", "heads", "layers", "steps", "global_batch",
                 "accumulate", "log_every")
@@ -108,8 +114,7 @@ def main() -> None:
     started = time.perf_counter()
     args = arguments()
     local_rank = int(os.environ["LOCAL_RANK"])
-    # The same answer on every rank: a GPU each, or all on the CPU (a mix would hang in the first collective).
-    gpus = torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"])
+    gpus = one_gpu_per_local_rank(local_rank, int(os.environ["LOCAL_WORLD_SIZE"]), "train_addition")
     device = torch.device("cuda", local_rank) if gpus else torch.device("cpu")
     precision = resolve_precision(args.precision, device)  # a bad choice fails here, before any rank waits
     if precision == "bfloat16" and device.type == "cpu":
@@ -147,7 +152,9 @@ def train(args: argparse.Namespace, device: torch.device, precision: str, starte
     torch.manual_seed(args.seed + 1 + rank)  # dropout: different draws on every rank
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=args.weight_decay)
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "float16")
-    settings = {name: getattr(args, name) for name in RUN_SETTINGS}
+    # Precision and device are part of the run: float16 or not decides whether the checkpoint holds a GradScaler's
+    # state, and a CPU rank cannot continue a GPU's random streams.
+    settings = {name: getattr(args, name) for name in RUN_SETTINGS} | {"precision": precision, "device": device.type}
     sampler = DistributedSampler(data.train, num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
 
     start, losses = 0, []
@@ -156,9 +163,13 @@ def train(args: argparse.Namespace, device: torch.device, precision: str, starte
         state = load_checkpoint(args.checkpoint, map_location="cpu")
         if state is None:
             raise SystemExit(f"--resume: there is no checkpoint at {args.checkpoint!r} to resume from")
+        # Before scaler.load_state_dict, whose own error would not say why. A checkpoint written before precision
+        # and device were recorded says "not recorded" for them: refused too, it may be float16's or bfloat16's.
         if state["settings"] != settings:
-            changed = sorted(k for k in settings if state["settings"].get(k) != settings[k])
-            raise SystemExit(f"--resume: the checkpoint is of another run (different {', '.join(changed)})")
+            changed = "; ".join(f"{name}: {state['settings'].get(name, 'not recorded')} in the checkpoint, {value} here"
+                                for name, value in settings.items() if state["settings"].get(name) != value)
+            raise SystemExit(f"--resume: the checkpoint is of another run (different {changed}): resume with its "
+                             "settings, or start afresh without --resume")
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scaler.load_state_dict(state["scaler"])
@@ -168,6 +179,7 @@ def train(args: argparse.Namespace, device: torch.device, precision: str, starte
     dist.barrier()  # every rank has read the checkpoint before rank 0 may write the next one
     ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     norms, local_sq, global_sq = GradientNorms(), [], []  # --noise-scale: this rank's and the averaged |g|^2
+    skipped = []  # --noise-scale: the steps GradScaler skipped (float16 overflowed), left out of the record
     if args.noise_scale:
         ddp.register_comm_hook(norms, recording_allreduce_hook)  # DDP's own all-reduce, norms read on the way
 
@@ -207,9 +219,13 @@ def train(args: argparse.Namespace, device: torch.device, precision: str, starte
             scale = scaler.get_scale() if args.noise_scale and scaler.is_enabled() else 1.0  # before step() updates it
             pending.append(train_step(ddp, micro_batches, optimizer, scaler, digits=args.digits, clip=args.clip,
                                       precision=precision))
-            if args.noise_scale:  # the hook saw scaled gradients
-                pending_sq.append(torch.as_tensor(norms.local, dtype=torch.float64, device=device) / scale**2)
-                global_sq.append(float(norms.averaged) / scale**2)
+            if args.noise_scale:  # the hook saw scaled gradients: unscaled divides their norms by scale^2
+                unscaled = norms.unscaled(scale)
+                if unscaled is None:  # inf or nan: float16 overflowed and GradScaler skipped the step (every rank)
+                    skipped.append(step + 1)
+                else:
+                    pending_sq.append(unscaled[0])
+                    global_sq.append(unscaled[1])
             step += 1
             bar.update()
             if step % args.log_every == 0 or step == stop:
@@ -236,7 +252,8 @@ def train(args: argparse.Namespace, device: torch.device, precision: str, starte
     if rank != 0:
         return None
     noise = {"noise_scale": {"per_rank_examples": micro * args.accumulate, "global_batch": args.global_batch,
-                             "local_sq": local_sq, "global_sq": global_sq}} if args.noise_scale else {}
+                             "local_sq": local_sq, "global_sq": global_sq,
+                             "skipped_steps": skipped}} if args.noise_scale else {}
     return noise | {"world_size": world, "backend": dist.get_backend(), "device": device.type,
             "precision": precision, "parameters": model.parameter_count(), "steps": args.steps,
             "resumed_from_step": start, "global_batch": args.global_batch, "micro_batch": micro,

@@ -8,12 +8,17 @@ measures the noise scale of a DDP run as it trains. The estimate itself is lesso
 ``dpedu.sgd.noise_scale.two_batch_noise_scale``: this module only records.
 
 Under ``no_sync`` accumulation the hook runs in the last micro-batch's backward, on the accumulated gradient
-of all of the rank's micro-batches: b is the rank's examples per step. With a ``GradScaler`` the buckets hold
-scaled gradients: divide both norms by the scale squared. Clipping comes after the all-reduce and is not seen.
+of all of the rank's micro-batches: b is the rank's examples per step. Clipping comes after the all-reduce and
+is not seen. With a ``GradScaler`` the buckets hold the gradients times the loss scale, before ``unscale_``:
+``GradientNorms.unscaled(scale)`` divides both norms by the scale squared. A float16 step whose gradients
+overflowed has inf or nan norms, and GradScaler skips that step (it checks the same averaged gradient, so every
+rank skips it); ``unscaled`` returns ``None`` for it, and ``dpedu.scripts.train_addition`` leaves such steps out
+of its record and lists them, as ``two_batch_noise_scale`` takes finite norms only.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -36,6 +41,16 @@ class GradientNorms:
 
     def reset(self) -> None:
         self.local = self.averaged = 0.0
+
+    def unscaled(self, scale: float = 1.0) -> tuple[torch.Tensor, float] | None:
+        """After the step: this rank's and the averaged squared norm of the true gradient, the recorded ones
+        divided by ``scale`` squared (the GradScaler's scale during this backward; 1.0 without one). ``None``
+        when the averaged gradient was not finite: a float16 overflow, a step GradScaler skipped, the same on
+        every rank. Waits for the averaged norm (on a GPU, one synchronisation); ``local`` stays a tensor."""
+        averaged = float(self.averaged) / scale**2
+        if not math.isfinite(averaged):  # an inf or nan on any rank reaches the average: every rank sees it
+            return None
+        return torch.as_tensor(self.local, dtype=torch.float64) / scale**2, averaged
 
 
 def recording_allreduce_hook(state: GradientNorms, bucket):  # no annotations: DDP inspects them as strings

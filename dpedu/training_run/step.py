@@ -32,7 +32,9 @@ PRECISIONS = ("auto", "float32", "bfloat16", "float16")
 
 def resolve_precision(precision: str, device: torch.device) -> str:
     """``auto``: float16 (with a GradScaler) on CUDA; float32 on CPU, where bfloat16 autocast made this
-    small model slower, not faster (measured for lesson 10). float16 needs CUDA."""
+    small model slower, not faster (measured for lesson 10). float16 needs CUDA. float16 is the teaching case
+    (lesson 09's loss scaling, and every CUDA GPU has it); on Ampere and newer GPUs bfloat16, which needs no
+    scaler, is the usual choice (``torch.cuda.is_bf16_supported()``; here ``--precision bfloat16``)."""
     if precision not in PRECISIONS:
         raise ValueError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     if precision == "auto":

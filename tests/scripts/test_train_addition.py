@@ -1,16 +1,25 @@
 """dpedu.scripts.train_addition under torchrun: 1 and 2 ranks at the same global batch are the same run (to
 float rounding); stopped mid-epoch and resumed, a run ends bit-identical to an uninterrupted one; bad
-arguments fail fast, saying which argument is wrong."""
+arguments fail fast, saying which argument is wrong. Its ``train`` in launched ranks, with float16's GradScaler
+faked on CPU: the noise-scale record leaves out the steps the scaler skipped and holds unscaled norms; a
+checkpoint of another precision or device is refused with the script's message."""
 
 import json
+import math
+import shutil
 import sys
+import time
+from contextlib import nullcontext
+from unittest import mock
 
 import pytest
 import torch
 
+from dpedu import launch
 from dpedu.runtime.commands import run_together
 from dpedu.runtime.rendezvous import loopback_interface
 from dpedu.scripts import train_addition
+from dpedu.sgd.noise_scale import two_batch_noise_scale
 
 # CPU ranks with one thread each, talking over loopback, as in lesson 03; no progress bar.
 ENV = {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "DPEDU_QUIET": "1",
@@ -61,8 +70,15 @@ def test_a_run_stopped_mid_epoch_and_resumed_ends_bit_identical_to_an_uninterrup
     assert summary(first) == {"stopped_after_step": 100, "checkpoint_step": 80}
     checkpoint = torch.load(tmp_path / "stopped.pt", weights_only=True)
     assert (checkpoint["step"], checkpoint["epoch"], checkpoint["position"]) == (80, 2, 18)
-    (resumed,) = run_together([torchrun(2, *run, "--checkpoint", str(tmp_path / "stopped.pt"), "--resume")],
-                              timeout=120, env=ENV)
+    shutil.copy(tmp_path / "stopped.pt", tmp_path / "float32.pt")
+    resumed, other_precision = run_together(
+        [torchrun(2, *run, "--checkpoint", str(tmp_path / "stopped.pt"), "--resume"),
+         torchrun(2, *run, "--checkpoint", str(tmp_path / "float32.pt"), "--resume", "--precision", "bfloat16")],
+        timeout=120, env=ENV)
+    # precision is part of the run: the script's own message, not a failure somewhere inside torch
+    assert other_precision.returncode != 0
+    assert "the checkpoint is of another run (different precision: float32 in the checkpoint, bfloat16 here)" \
+        in other_precision.stderr
     resumed, uninterrupted = summary(resumed), summary(uninterrupted)
     assert resumed["resumed_from_step"] == 80 and uninterrupted["resumed_from_step"] == 0
     assert resumed["losses"] == uninterrupted["losses"] and resumed["checksum"] == uninterrupted["checksum"]
@@ -102,3 +118,82 @@ def test_float16_is_refused_on_the_cpu():
     assert resolve_precision("auto", torch.device("cuda", 0)) == "float16"
     with pytest.raises(ValueError, match="--precision float16 needs CUDA"):
         resolve_precision("float16", torch.device("cpu"))
+
+
+# Small enough for a second per launch: 16 steps of 16 examples, 8 per rank.
+TINY = ["--width", "16", "--heads", "2", "--layers", "1", "--train-examples", "256", "--heldout-examples", "30",
+        "--steps", "16", "--warmup", "2", "--global-batch", "16"]
+
+
+def run_train(argv: list[str], precision: str = "float32", init_scale: float | None = None) -> dict:
+    """On each launched rank: the script's ``train`` on the CPU, in this process. With ``init_scale`` its
+    GradScaler is on whatever the precision, starting at that scale: float16's loss scaling, faked on float32
+    gradients, noting the steps it skipped (the scale falls exactly then). Returns the summary (rank 0; None
+    elsewhere), those steps, and the message of a ``SystemExit``."""
+    skipped = []
+
+    class NotingScaler(torch.amp.GradScaler):
+        def __init__(self, device: str, enabled: bool):
+            super().__init__(device, init_scale=init_scale)
+            self.steps = 0
+
+        def update(self, new_scale=None):
+            before = self.get_scale()
+            super().update(new_scale)
+            self.steps += 1
+            if self.get_scale() < before:
+                skipped.append(self.steps)
+
+    patched = mock.patch.object(torch.amp, "GradScaler", NotingScaler) if init_scale else nullcontext()
+    try:
+        with patched:
+            summary = train_addition.train(train_addition.arguments(argv), torch.device("cpu"), precision,
+                                           time.perf_counter())
+    except SystemExit as exit:
+        return {"summary": None, "skipped": skipped, "exit": str(exit)}
+    return {"summary": summary, "skipped": skipped, "exit": None}
+
+
+def test_noise_scale_leaves_out_the_steps_the_scaler_skipped_and_records_unscaled_norms():
+    # 2^127 overflows the scaled float32 gradients, as float16's start at 2^16 often does: GradScaler halves the
+    # scale and skips the step until the gradients fit. 2^10 overflows nothing: the run is the plain one.
+    plain, scaled, overflowing = (launch(run_train, 2, ([*TINY, "--noise-scale"], "float32", scale), timeout=60)
+                                  for scale in (None, 2.0**10, 2.0**127))
+    skipped = overflowing[0]["skipped"]
+    assert skipped and skipped == overflowing[1]["skipped"] and plain[0]["skipped"] == scaled[0]["skipped"] == []
+    noise = overflowing[0]["summary"]["noise_scale"]
+    assert noise["skipped_steps"] == skipped  # step numbers counted from 1, as the log's
+    assert len(noise["local_sq"]) == len(noise["global_sq"]) == 16 - len(skipped)
+    assert all(math.isfinite(value) and value > 0 for value in noise["local_sq"] + noise["global_sq"])
+    json.dumps(overflowing[0]["summary"], allow_nan=False)  # standard JSON: no Infinity or NaN
+    assert math.isfinite(two_batch_noise_scale(noise["local_sq"], noise["global_sq"], 8, 16))  # lesson 10's use
+    # The hook sees gradients times the scale; the record divides by its square. A power of two scales exactly,
+    # so the scaled run's record and losses are the plain run's, bit for bit.
+    plain, scaled = plain[0]["summary"], scaled[0]["summary"]
+    assert scaled["noise_scale"] == plain["noise_scale"] and scaled["losses"] == plain["losses"]
+    assert plain["noise_scale"]["skipped_steps"] == []
+
+
+def test_a_checkpoint_of_another_precision_or_device_is_refused_with_the_scripts_message(tmp_path):
+    checkpoint = str(tmp_path / "cpu.pt")
+    (written, _) = launch(run_train, 2, ([*TINY, "--checkpoint", checkpoint],), timeout=60)
+    assert written["summary"]["precision"] == "float32"
+    resume = [*TINY, "--checkpoint", checkpoint, "--resume"]
+
+    def refusal(precision: str = "float32") -> str:
+        first, second = launch(run_train, 2, (resume, precision), timeout=60)
+        assert first["exit"] == second["exit"] is not None  # every rank stops, none waits for the others
+        return first["exit"]
+
+    # A CPU checkpoint resumed on a GPU, where auto means float16 (faked here on the CPU): stopped before the
+    # GradScaler's load_state_dict, which would fail with "The source state dict is empty".
+    assert "the checkpoint is of another run (different precision: float32 in the checkpoint, float16 here)" \
+        in refusal("float16")
+    state = torch.load(checkpoint, weights_only=True)
+    state["settings"]["device"] = "cuda"  # a GPU's checkpoint, resumed on the CPU
+    torch.save(state, checkpoint)
+    assert "(different device: cuda in the checkpoint, cpu here)" in refusal()
+    del state["settings"]["device"], state["settings"]["precision"]  # written before they were recorded
+    torch.save(state, checkpoint)
+    assert ("(different precision: not recorded in the checkpoint, float32 here; device: not recorded in the "
+            "checkpoint, cpu here): resume with its settings, or start afresh without --resume") in refusal()

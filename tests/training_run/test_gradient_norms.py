@@ -1,5 +1,8 @@
 """dpedu.training_run.gradient_norms: the hook leaves DDP's arithmetic alone and records each rank's squared
-gradient norm before the all-reduce and the averaged one after it, also under no_sync accumulation."""
+gradient norm before the all-reduce and the averaged one after it, also under no_sync accumulation; ``unscaled``
+divides by a GradScaler's scale squared and gives None for a step whose gradients overflowed."""
+
+import math
 
 import torch
 import torch.distributed as dist
@@ -52,3 +55,15 @@ def test_under_no_sync_it_sees_the_accumulated_gradient_once():
     for one, three in zip(whole, accumulated, strict=True):
         assert abs(one["local"] - three["local"]) < 1e-5 * one["local"]
         assert abs(one["averaged"] - three["averaged"]) < 1e-5 * one["averaged"]
+
+
+def test_unscaled_divides_by_the_scale_squared_and_gives_none_for_an_overflowed_step():
+    scale = 2.0**16  # float16's first GradScaler scale
+    norms = GradientNorms(local=torch.tensor(3.0 * scale**2, dtype=torch.float64),
+                          averaged=torch.tensor(2.0 * scale**2, dtype=torch.float64))
+    local, averaged = norms.unscaled(scale)
+    assert (local.item(), averaged) == (3.0, 2.0) and local.dtype == torch.float64
+    assert [float(value) for value in norms.unscaled()] == [3.0 * scale**2, 2.0 * scale**2]  # no scaler: scale 1
+    for overflowed in (math.inf, math.nan):  # an inf on one rank reaches the average as inf, or as nan (inf - inf)
+        norms.averaged = torch.tensor(overflowed, dtype=torch.float64)
+        assert norms.unscaled(scale) is None
