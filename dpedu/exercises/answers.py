@@ -38,6 +38,7 @@ VALUES: dict[tuple[int, int], object] = {
     (5, 2): 2.083,
     (5, 3): 15.0,
     (5, 5): 0.5,
+    (5, 6): 4 * 150_000_000 * (10_000 // 500),
     (6, 1): 0.8,
     (6, 2): 500,
     (6, 3): 0.0306,
@@ -286,6 +287,17 @@ gradient arrives τ updates late, and delayed GD is stable only while lr · λ_m
 geometric staleness the expected asynchronous update is heavy ball with momentum 1 − 1/M for every M.
 Measured with part 5's cell at M = 2 (20,000 runs): the largest gap between the mean of the async runs and
 heavy ball is 0.0011, within one Monte Carlo standard error (0.0011), against 0.52 from plain GD."""),
+    (5, 6): (VALUE + " + rubric", f"""
+10,000/500 = 20 rounds, each an all-reduce of 150 M parameters × 4 bytes: {VALUES[5, 6]:,} bytes (12 GB), where DDP
+would hand 500 times as many, 6 TB (check: lesson05.local_sgd_bytes(150_000_000, 10_000, 500, 12e9)).
+With lr 1.0 in part 8's settings (measured): DDP ends at 0.006, local SGD at H = 4 at 0.005, but at H = 16 at 0.28
+and at H = 64 at 1.35, and DiLoCo diverges (270 at H = 16, 193 at H = 64). A good answer says why: between
+averages each replica steps alone on its own 16 examples, while DDP's step averages the gradient over 32, and at
+lr 1.0 a replica's own steps are unstable (lesson 01: the noise SGD settles at grows with lr/B). The averaging is
+not what fails: at H = 64, rank 0's own loss just before the last average was 6.3 and rank 1's 2.0, their
+average's 1.35. Short rounds pull the replicas back before they stray; DiLoCo's outer momentum multiplies the
+already large pseudo-gradients by up to 7 and runs away. Lin et al.'s post-local SGD starts with DDP and switches
+to local SGD later, when the learning rate has decayed."""),
     (6, 1): (VALUE, f"""
 8 times the batch (256 to 2048), 8 times the learning rate: {VALUES[6, 1]}
 (check: lesson06.linear_scaling(0.1, 256, 2048, 0.8))."""),

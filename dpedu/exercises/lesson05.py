@@ -1,4 +1,4 @@
-"""Checks for lesson 05's exercises: each answer is computed by simulation or root-finding."""
+"""Checks for lesson 05's exercises: each answer is computed by simulation, root-finding or formula."""
 
 from __future__ import annotations
 
@@ -54,3 +54,13 @@ def implicit_momentum(workers: int, answer: float) -> bool:
     return verdict(ok, "an update arrives late by a geometric number of steps; the weights it was computed at "
                        "lag the current ones like a heavy ball's velocity: momentum 1 - 1/M")
 
+
+def local_sgd_bytes(parameters: int, steps: int, period: int, answer: float) -> bool:
+    """Bytes a rank hands to all-reduces when local SGD or DiLoCo averages float32 ``parameters`` every ``period``
+    of ``steps`` steps (0.1 %): one all-reduce of every parameter per whole round, as part 8 counts them."""
+    whole("parameters", parameters)
+    whole("steps", steps)
+    whole("period", period)
+    truth = 4 * parameters * (steps // period)
+    return verdict(close(answer, truth, 0.001), "each round all-reduces every parameter once, 4 bytes each, "
+                                                "and a round is H steps")

@@ -6,4 +6,5 @@
 - ``noise_scale``: the gradient noise scale B_simple (lesson 06).
 - ``staleness``: gradient descent with delayed gradients, and where it diverges (lesson 05).
 - ``hogwild``: processes training one model in shared memory without locks (lesson 05).
+- ``local_sgd``: communicating less often, local SGD and DiLoCo against synchronous SGD (lesson 05).
 """

@@ -108,6 +108,7 @@ def test_lesson05_and_06_answers_pass_the_checks():
     assert lesson05.sync_round_time(4, values[5, 2])
     assert lesson05.mean_staleness(16, values[5, 3])
     assert lesson05.implicit_momentum(2, values[5, 5])
+    assert lesson05.local_sgd_bytes(150_000_000, 10_000, 500, values[5, 6])
     assert lesson06.linear_scaling(0.1, 256, 2048, values[6, 1])
     assert lesson06.steps_at(100, 1000, 250, values[6, 2])
     assert lesson06.largest_base_lr(32, values[6, 3])

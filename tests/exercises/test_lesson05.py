@@ -10,12 +10,15 @@ def test_checks_accept_the_right_answers():
     assert lesson05.largest_lr(3, 4.0, 2 * math.sin(math.pi / 14) / 4)
     assert lesson05.sync_round_time(4, 1 + 1 / 2 + 1 / 3 + 1 / 4)
     assert lesson05.mean_staleness(16, 15)
+    assert lesson05.local_sgd_bytes(150_000_000, 10_000, 500, 12e9)
 
 
 def test_checks_reject_wrong_answers():
     assert not lesson05.largest_lr(3, 4.0, 2 / 4)
     assert not lesson05.sync_round_time(4, 1.0)
     assert not lesson05.mean_staleness(16, 16)
+    assert not lesson05.local_sgd_bytes(150_000_000, 10_000, 500, 4 * 150_000_000 * 10_000)  # DDP's
+    assert not lesson05.local_sgd_bytes(150_000_000, 10_000, 500, 150_000_000 * 20)  # parameters, not bytes
 
 
 def test_the_momentum_check_follows_one_minus_one_over_m():
@@ -38,7 +41,9 @@ def test_the_round_time_check_agrees_with_a_simulation_and_scales():
                                             (lambda: lesson05.largest_lr(101, 1.0, 1.0), "staleness"),
                                             (lambda: lesson05.sync_round_time(0, 1.0), "workers"),
                                             (lambda: lesson05.sync_round_time(10**6 + 1, 1.0), "workers"),
-                                            (lambda: lesson05.mean_staleness(2.5, 1.0), "workers")])
+                                            (lambda: lesson05.mean_staleness(2.5, 1.0), "workers"),
+                                            (lambda: lesson05.local_sgd_bytes(0, 10, 2, 1.0), "parameters"),
+                                            (lambda: lesson05.local_sgd_bytes(10, 10, 0, 1.0), "period")])
 def test_bad_arguments_are_refused(call, name):
     with pytest.raises(ValueError, match=name):
         call()
