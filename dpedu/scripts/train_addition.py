@@ -15,9 +15,10 @@ autocast with a GradScaler on GPUs, float32 on CPUs (bfloat16 on request: --prec
 bar and logs on rank 0 only (none when DPEDU_QUIET=1); the global training loss (all ranks' mean);
 atomic checkpoints holding everything a resumed run needs to continue bit for bit (shown on CPUs with gloo;
 unchecked on GPUs, whose kernels need not be deterministic), resumed only by the same run (the same settings,
-precision and device type); held-out exact-match accuracy evaluated on unpadded shards and summed; with
---noise-scale, every step's squared gradient norms, each rank's and the averaged one, read by a communication
-hook on DDP's all-reduce (the gradient noise scale), except on float16 steps GradScaler skipped (listed).
+precision and device type); held-out exact-match accuracy evaluated on unpadded shards and summed, at the end
+and every --eval-every steps (dropout back on after each); with --noise-scale, every step's squared gradient
+norms, each rank's and the averaged one, read by a communication hook on DDP's all-reduce (the gradient noise
+scale), except on float16 steps GradScaler skipped (listed).
 Rank 0 prints a JSON summary as the last line of its output (and writes it to --summary).
 
 When every process on a machine can have a GPU of its own, each uses its own; otherwise all run on the
@@ -85,6 +86,8 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     add("--stop-after-step", type=int,
         help="stop after this step as if killed: no final checkpoint; the summary says only where it stopped")
     add("--log-every", type=int, default=50, help="steps between rank 0's log lines (and global-loss reductions)")
+    add("--eval-every", type=int, default=0,
+        help="steps between held-out exact-match evaluations during training (0: only at the end)")
     add("--summary", help="where rank 0 writes the JSON summary (it always prints it)")
     add("--noise-scale", action="store_true",
         help="record every step's squared gradient norms, each rank's and the averaged one, for the gradient noise "
@@ -96,7 +99,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     for name in positive:
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    for name in ("num_workers", "checkpoint_every", "warmup"):
+    for name in ("num_workers", "checkpoint_every", "eval_every", "warmup"):
         if getattr(args, name) < 0:
             parser.error(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
     if args.warmup >= args.steps:
@@ -157,7 +160,7 @@ def train(args: argparse.Namespace, device: torch.device, precision: str, starte
     settings = {name: getattr(args, name) for name in RUN_SETTINGS} | {"precision": precision, "device": device.type}
     sampler = DistributedSampler(data.train, num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
 
-    start, losses = 0, []
+    start, losses, evaluations = 0, [], []  # evaluations: (step, held-out exact match), --eval-every
     if args.resume:
         # On the CPU: torch.set_rng_state takes a CPU tensor; load_state_dict moves the rest to the model's device.
         state = load_checkpoint(args.checkpoint, map_location="cpu")
@@ -174,7 +177,7 @@ def train(args: argparse.Namespace, device: torch.device, precision: str, starte
         optimizer.load_state_dict(state["optimizer"])
         scaler.load_state_dict(state["scaler"])
         replicas.restore_random_states(state["random_states"])  # names the world size the checkpoint needs
-        start, losses = state["step"], list(state["losses"])
+        start, losses, evaluations = state["step"], list(state["losses"]), list(state["evaluations"])
         assert (state["epoch"], state["position"]) == divmod(start, per_epoch)
     dist.barrier()  # every rank has read the checkpoint before rank 0 may write the next one
     ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
@@ -189,8 +192,13 @@ def train(args: argparse.Namespace, device: torch.device, precision: str, starte
             epoch, position = divmod(step, per_epoch)  # a resumed run starts at this batch of this epoch
             save_atomically({"step": step, "epoch": epoch, "position": position, "settings": settings,
                              "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                             "scaler": scaler.state_dict(), "random_states": states, "losses": losses}, args.checkpoint)
+                             "scaler": scaler.state_dict(), "random_states": states, "losses": losses,
+                             "evaluations": evaluations}, args.checkpoint)
         dist.barrier()  # no rank goes on before the checkpoint is on disk
+
+    def heldout_accuracy() -> float:  # every rank its unpadded shard; dropout back on after (evaluating)
+        correct, examples = distributed_exact_match(model, data.heldout, args.digits)
+        return correct / examples
 
     bar = tqdm(total=args.steps, initial=start, desc=f"{world} rank(s)", disable=quiet, file=sys.stderr)
     pending: list[torch.Tensor] = []  # this rank's losses since the last reduction
@@ -234,6 +242,11 @@ def train(args: argparse.Namespace, device: torch.device, precision: str, starte
                 bar.set_postfix(loss=f"{losses[-1]:.3f}", lr=f"{lr:.1e}")
                 if not quiet:  # rank 0's log, on stdout, above the bar (on stderr)
                     tqdm.write(f"step {step}/{args.steps}: global loss {losses[-1]:.4f}, lr {lr:.2e}", file=sys.stdout)
+            if args.eval_every and step % args.eval_every == 0 and step < args.steps:  # the last one comes below
+                evaluations.append((step, heldout_accuracy()))
+                if not quiet:
+                    tqdm.write(f"step {step}/{args.steps}: held-out exact match {evaluations[-1][1]:.3f}",
+                               file=sys.stdout)
             if args.checkpoint_every and step % args.checkpoint_every == 0:
                 reduce_losses()
                 save(step)
@@ -248,6 +261,7 @@ def train(args: argparse.Namespace, device: torch.device, precision: str, starte
     if args.checkpoint:
         save(step)
     correct, examples = distributed_exact_match(model, data.heldout, args.digits)
+    evaluations.append((args.steps, correct / examples))
     identical = replicas.replicas_identical(model)
     if rank != 0:
         return None
@@ -259,6 +273,7 @@ def train(args: argparse.Namespace, device: torch.device, precision: str, starte
             "resumed_from_step": start, "global_batch": args.global_batch, "micro_batch": micro,
             "accumulate": args.accumulate, "steps_per_epoch": per_epoch, "losses": losses,
             "heldout_correct": correct, "heldout_examples": examples, "heldout_accuracy": correct / examples,
+            "heldout_curve": evaluations,
             "checksum": replicas.parameter_checksum(model), "replicas_identical": identical,
             "samples_per_second": (args.steps - start) * args.global_batch / training_seconds,
             "training_seconds": training_seconds, "elapsed_seconds": time.perf_counter() - started}

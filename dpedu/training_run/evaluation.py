@@ -13,10 +13,16 @@ a disjoint shard, *unpadded*; each rank counts (correct, examples) and one all-r
 its batches counts the repeats twice (lesson 03). Summing counts, not averaging per-rank means, also
 weighs shards of unequal length right: the result equals one process evaluating the whole set.
 
+Evaluating in the middle of training (``train_addition --eval-every``) must not leave the model in eval mode:
+``evaluating`` switches dropout off for the evaluation and back on after it.
+
 Used in lesson 10 and by ``dpedu.scripts.train_addition``.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
@@ -25,32 +31,42 @@ from torch import nn
 from dpedu._validate import tensor, whole
 from dpedu.training_run.addition import answer_length
 
-__all__ = ["exact_match", "greedy_answers", "distributed_exact_match"]
+__all__ = ["evaluating", "exact_match", "greedy_answers", "distributed_exact_match"]
 
 
-@torch.no_grad()
+@contextmanager
+def evaluating(model: nn.Module) -> Iterator[None]:
+    """The model in eval mode (no dropout) and without gradients for the block, then in the mode it was in:
+    an evaluation in the middle of training leaves dropout on for the steps after it."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(was_training)
+
+
 def exact_match(model: nn.Module, tokens: torch.Tensor, digits: int) -> torch.Tensor:
     """One bool per row of ``tokens``: are all of its answer digits the model's argmax (teacher-forced)?
 
-    Equal to ``(greedy_answers(model, prompts, digits) == answers).all(1)``; the model is left in eval mode.
+    Equal to ``(greedy_answers(model, prompts, digits) == answers).all(1)``; the model's mode is as it was.
     """
     tensor("tokens", tokens, dim=2)
-    model.eval()
     length = answer_length(digits)
-    # Position t predicts token t + 1: the answer's predictions sit at the last ``length`` input positions.
-    predicted = model(tokens[:, :-1])[:, -length:].argmax(-1)
+    with evaluating(model):  # position t predicts token t + 1: the answer's predictions, the last ``length``
+        predicted = model(tokens[:, :-1])[:, -length:].argmax(-1)
     return (predicted == tokens[:, -length:]).all(dim=1)
 
 
-@torch.no_grad()
 def greedy_answers(model: nn.Module, prompts: torch.Tensor, digits: int) -> torch.Tensor:
     """The answer digits the model writes after each prompt (``a+b=``), each fed back in: (rows, digits + 1)."""
     tensor("prompts", prompts, dim=2)
-    model.eval()
     sequence = prompts
-    for _ in range(answer_length(digits)):
-        next_token = model(sequence)[:, -1].argmax(-1, keepdim=True)
-        sequence = torch.cat([sequence, next_token], dim=1)
+    with evaluating(model):
+        for _ in range(answer_length(digits)):
+            next_token = model(sequence)[:, -1].argmax(-1, keepdim=True)
+            sequence = torch.cat([sequence, next_token], dim=1)
     return sequence[:, prompts.shape[1]:]
 
 

@@ -62,10 +62,13 @@ def test_one_and_two_ranks_at_the_same_global_batch_are_the_same_run():
 
 def test_a_run_stopped_mid_epoch_and_resumed_ends_bit_identical_to_an_uninterrupted_one(tmp_path):
     # Dropout and accumulation make the random states and no_sync part of what must survive the restart.
-    run = [*SHORT, "--dropout", "0.1", "--accumulate", "2", "--checkpoint-every", "40"]
+    # Evaluating every 50 steps in the middle switches dropout off and on again: the run must not notice.
+    unevaluated = [*SHORT, "--dropout", "0.1", "--accumulate", "2", "--checkpoint-every", "40"]
+    run = [*unevaluated, "--eval-every", "50"]
     stopped, whole = (torchrun(2, *run, "--checkpoint", str(tmp_path / name), *extra)
                       for name, extra in (("stopped.pt", ["--stop-after-step", "100"]), ("whole.pt", [])))
-    first, uninterrupted = run_together([stopped, whole], timeout=120, env=ENV)
+    first, uninterrupted, plain = run_together(
+        [stopped, whole, torchrun(2, *unevaluated, "--checkpoint", str(tmp_path / "plain.pt"))], timeout=120, env=ENV)
     # Stopped after step 100 "as if killed": the last checkpoint is step 80, epoch 2 at step 18 of 31.
     assert summary(first) == {"stopped_after_step": 100, "checkpoint_step": 80}
     checkpoint = torch.load(tmp_path / "stopped.pt", weights_only=True)
@@ -79,9 +82,13 @@ def test_a_run_stopped_mid_epoch_and_resumed_ends_bit_identical_to_an_uninterrup
     assert other_precision.returncode != 0
     assert "the checkpoint is of another run (different precision: float32 in the checkpoint, bfloat16 here)" \
         in other_precision.stderr
-    resumed, uninterrupted = summary(resumed), summary(uninterrupted)
+    resumed, uninterrupted, plain = summary(resumed), summary(uninterrupted), summary(plain)
     assert resumed["resumed_from_step"] == 80 and uninterrupted["resumed_from_step"] == 0
     assert resumed["losses"] == uninterrupted["losses"] and resumed["checksum"] == uninterrupted["checksum"]
+    assert [step for step, _ in uninterrupted["heldout_curve"]] == [50, 100, 150]  # the last one: the final
+    assert resumed["heldout_curve"] == uninterrupted["heldout_curve"]  # the evaluations before 80, kept
+    assert uninterrupted["heldout_curve"][-1][1] == uninterrupted["heldout_accuracy"]
+    assert plain["losses"] == uninterrupted["losses"] and plain["heldout_curve"] == [[150, plain["heldout_accuracy"]]]
     a, b = (torch.load(tmp_path / name, weights_only=True) for name in ("stopped.pt", "whole.pt"))
     assert a["step"] == b["step"] == 150
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in b["model"])
@@ -101,6 +108,7 @@ def test_a_global_batch_the_ranks_cannot_split_and_a_missing_checkpoint_fail_wit
 
 @pytest.mark.parametrize(("arguments", "message"), [
     (["--steps", "0"], "--steps must be >= 1, got 0"),
+    (["--eval-every", "-1"], "--eval-every must be >= 0, got -1"),
     (["--warmup", "1000"], "--warmup must be smaller than --steps, got 1000 >= 1000"),
     (["--resume"], "--resume and --checkpoint-every need --checkpoint FILE"),
     (["--stop-after-step", "1000"], "--stop-after-step must be from 1 to --steps - 1 = 999"),

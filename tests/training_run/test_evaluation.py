@@ -7,7 +7,7 @@ from torch import nn
 
 from dpedu import launch
 from dpedu.training_run.addition import VOCABULARY, addition_splits, answer_length, encode
-from dpedu.training_run.evaluation import distributed_exact_match, exact_match, greedy_answers
+from dpedu.training_run.evaluation import distributed_exact_match, evaluating, exact_match, greedy_answers
 from dpedu.training_run.gpt import GPT
 
 DIGITS = 2
@@ -71,3 +71,24 @@ def test_a_padded_sampler_would_count_repeated_examples():
     shards = [list(DistributedSampler(range(1001), num_replicas=2, rank=r, shuffle=False)) for r in range(2)]
     assert sum(map(len, shards)) == 1002 and shards[1][-1] == 0  # example 0 counted twice
     assert sum(len(range(1001)[r::2]) for r in range(2)) == 1001
+
+
+def test_evaluating_mid_training_leaves_the_model_in_the_mode_it_was_in():
+    model = torch.nn.Sequential(torch.nn.Dropout(0.5))
+    for was_training in (True, False):
+        model.train(was_training)
+        with evaluating(model):
+            assert not model.training and not torch.is_grad_enabled()  # no dropout, no graph
+        assert model.training is was_training and torch.is_grad_enabled()
+    model.train()
+    with pytest.raises(ZeroDivisionError), evaluating(model):
+        1 / 0  # noqa: B018 - an evaluation that fails
+    assert model.training
+
+
+def test_exact_match_and_greedy_decoding_leave_a_training_model_training():
+    oracle = Oracle().train()
+    tokens = heldout()
+    exact_match(oracle, tokens, DIGITS)
+    greedy_answers(oracle, tokens[:, :-answer_length(DIGITS)], DIGITS)
+    assert oracle.training
