@@ -87,7 +87,8 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         help="stop after this step as if killed: no final checkpoint; the summary says only where it stopped")
     add("--log-every", type=int, default=50, help="steps between rank 0's log lines (and global-loss reductions)")
     add("--eval-every", type=int, default=0,
-        help="steps between held-out exact-match evaluations during training (0: only at the end)")
+        help="steps between held-out exact-match evaluations during training (0: only at the end); a resumed run "
+             "keeps the evaluations before its checkpoint, so resume with the same value for an even curve")
     add("--summary", help="where rank 0 writes the JSON summary (it always prints it)")
     add("--noise-scale", action="store_true",
         help="record every step's squared gradient norms, each rank's and the averaged one, for the gradient noise "

@@ -1,8 +1,9 @@
 """Communicating less often: local SGD and DiLoCo against synchronous SGD, loss against bytes sent (lesson 05).
 
 Synchronous SGD, what DDP computes (lessons 03 and 04), all-reduces the gradient at every step. Local SGD
-(Lin et al. 2018, arXiv:1808.07217) lets every rank take ``period`` (H) optimizer steps on its own data and
-then averages the *parameters*: one all-reduce of the same size every H steps, so H times fewer bytes.
+(parameter averaging; studied by Lin et al. 2018, arXiv:1808.07217, who also propose post-local SGD) lets
+every rank take ``period`` (H) optimizer steps on its own data and then averages the *parameters*: one
+all-reduce of the same size every H steps, so H times fewer bytes.
 DiLoCo (Douillard et al. 2023, arXiv:2311.08105) keeps the rounds but treats what a round moved the
 parameters, start - average, as a gradient (the *pseudo-gradient*) for an outer optimizer: SGD with
 Nesterov momentum (the paper: lr 0.7, momentum 0.9). The paper's inner optimizer is AdamW; here it is
@@ -13,8 +14,8 @@ rank's shard of the data. What is guaranteed (``tests/sgd/test_local_sgd.py``):
 
 - the same data in every method: this rank's batches depend only on ``seed``, the rank and the step;
 - with H = 1 and plain SGD, local SGD is synchronous SGD up to float rounding (an SGD step is linear in
-  the gradient, so averaging the stepped parameters averages the gradients), and so is DiLoCo with outer
-  lr 1 and no momentum at any H (its outer step then lands on the average);
+  the gradient, so averaging the stepped parameters averages the gradients); DiLoCo with outer lr 1 and no
+  momentum is local SGD at any H (its outer step then lands on the average);
 - ``"torch"``, torch's own ``PeriodicModelAverager``, averages after the same steps as ``"local"``;
 - every all-reduce carries every parameter once, in float32: a rank hands 4 bytes per parameter per round
   to collectives (counted by ``dpedu.runtime.traffic.bytes_sent``), and after each round every rank holds

@@ -25,6 +25,7 @@ def run_all():
                                                        **settings),
         "sync adamw": local_sgd.train("sync", inner="adamw", **{**settings, "lr": 0.01}),
         "local 1 adamw": local_sgd.train("local", inner="adamw", **{**settings, "lr": 0.01}),
+        "diloco 4 adamw": local_sgd.train("diloco", period=4, inner="adamw", **{**settings, "lr": 0.01}),
         "torch steps": local_sgd.torch_averaging_steps(4, warmup_steps=0, steps=12),
         "torch steps, warmup 3": local_sgd.torch_averaging_steps(4, warmup_steps=3, steps=12),
     }
@@ -75,6 +76,13 @@ def test_bytes_fall_as_one_over_h_and_the_ranks_agree_after_every_round(runs):
 
 def shard_too_small():
     local_sgd.train("local", steps=1, batch_size=719 + 2, lr=0.1)
+
+
+def test_diloco_as_the_paper_runs_it_with_adamw_inside_trains_and_keeps_the_ranks_identical(runs):
+    first, second = runs
+    diloco = first["diloco 4 adamw"]
+    assert diloco["loss"][-1] < diloco["loss"][0] and torch.equal(diloco["parameters"],
+                                                                   second["diloco 4 adamw"]["parameters"])
 
 
 def test_bad_arguments_are_named():
