@@ -328,7 +328,7 @@ REMEDIES = [  # (words in a failure, what to do): the first that matches
     ("/dev/shm", SHARED_MEMORY_REMEDY),
     ("busy or unavailable", "the GPUs are in exclusive-process mode or taken by another program (nvidia-smi says "
                             "which): free them, or ask for the default compute mode"),
-    ("driver", DRIVER_REMEDY.format(cuda=torch.version.cuda)),
+    ("driver", DRIVER_REMEDY),
     ("out of memory", "another program holds the GPUs' memory (nvidia-smi says which): free it and rerun"),
     ("no answer within", "a GPU operation that never returns: rerun with NCCL_P2P_DISABLE=1 (GPUs that cannot "
                          "reach each other directly) and NCCL_DEBUG=INFO to see where it waits"),

@@ -49,19 +49,24 @@ def fake_gpus(monkeypatch):
 
 
 @pytest.fixture
-def tf32_override(monkeypatch):
-    """This process as if on an Ampere or later GPU under ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1``, emulated on
-    the CPU: the float32 matmul precision reads "high", and ``torch.nn.functional.linear`` (``nn.Linear``'s
-    forward and backward) rounds its operands to TF32 whenever it is not "highest" (tests/tf32.py). Ranks
-    forked from this process inherit both. Afterwards the matmul precision and cuDNN's TF32 flag are what
-    they were (a pin the test made included).
-    """
+def float32_settings_kept():
+    """Afterwards the float32 matmul precision and cuDNN's TF32 flag are what they were (a pin the test made
+    included: setting the two rewrites the settings the pin writes)."""
     before = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
-    monkeypatch.setattr(torch.nn.functional, "linear", tf32.linear)
-    torch.set_float32_matmul_precision("high")
     yield
     torch.set_float32_matmul_precision(before[0])
     torch.backends.cudnn.allow_tf32 = before[1]
+
+
+@pytest.fixture
+def tf32_override(monkeypatch, float32_settings_kept):
+    """This process as if on an Ampere or later GPU under ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1``, emulated on
+    the CPU: the float32 matmul precision reads "high", and ``torch.nn.functional.linear`` (``nn.Linear``'s
+    forward and backward) rounds its operands to TF32 whenever it is not "highest" (tests/tf32.py). Ranks
+    forked from this process inherit both.
+    """
+    monkeypatch.setattr(torch.nn.functional, "linear", tf32.linear)
+    torch.set_float32_matmul_precision("high")
 
 
 @pytest.fixture

@@ -66,14 +66,13 @@ def _warnings(found: gpus.Probe, shared_memory: int | None) -> tuple[str, ...]:
     """What will make this machine's GPU paths fail, each with its remedy."""
     said = []
     if found.error is not None:
-        said.append(f"CUDA cannot start ({found.error}): {gpus.DRIVER_REMEDY.format(cuda=torch.version.cuda)}")
+        said.append(f"CUDA cannot start ({found.error}): {gpus.DRIVER_REMEDY}")
     if torch.version.cuda is None and gpus.system_gpu_count():
-        release = torch.__version__.split("+")[0]
-        said.append(gpus.CPU_ONLY_REMEDY.format(version=torch.__version__, release=release))
+        said.append(gpus.CPU_ONLY_REMEDY)
     if len(found.properties) >= 2 and shared_memory is not None and shared_memory < gpus.SHARED_MEMORY_NEEDED:
         said.append(f"/dev/shm has {shared_memory / 2**20:.0f} MB: {gpus.SHARED_MEMORY_REMEDY}")
-    if found.properties and (overrides := gpus.tf32_overrides()):
-        said.append(f"{', '.join(f'{k}={v}' for k, v in overrides.items())} makes float32 matrix products on "
+    if found.properties and (override := gpus.tf32_override()):
+        said.append(f"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE={override} makes float32 matrix products on "
                     f"GPUs round to TF32 (10 bits); the course pins full precision where it compares GPU "
                     f"results with CPU ones, but your own code gets TF32")
     return tuple(said)

@@ -33,20 +33,21 @@ from pathlib import Path
 import torch
 
 __all__ = ["Probe", "probe", "usable_count", "one_gpu_per_local_rank", "system_gpu_count", "driver_version",
-           "shared_memory_bytes", "tf32_overrides", "DRIVER_REMEDY", "CPU_ONLY_REMEDY", "SHARED_MEMORY_REMEDY",
+           "shared_memory_bytes", "tf32_override", "DRIVER_REMEDY", "CPU_ONLY_REMEDY", "SHARED_MEMORY_REMEDY",
            "SHARED_MEMORY_NEEDED"]
 
 NVIDIA_PROC = Path("/proc/driver/nvidia")  # the driver's own files: its version, one folder per GPU
 SHARED_MEMORY_NEEDED = 2**30  # bytes; NCCL's shared-memory segments between GPUs outgrow Docker's 64 MB default
 SHARED_MEMORY_REMEDY = ("NCCL between GPUs needs more shared memory than /dev/shm has: start the container with "
                         "--ipc=host or --shm-size=8g (or set NCCL_SHM_DISABLE=1, slower)")
-DRIVER_REMEDY = ("update the NVIDIA driver to one that supports CUDA {cuda}, or install a torch "
+# What to do, said where it applies; the CUDA and release named are this torch's own.
+DRIVER_REMEDY = (f"update the NVIDIA driver to one that supports CUDA {torch.version.cuda}, or install a torch "
                  "built for the CUDA your driver has (https://pytorch.org/get-started/locally/ gives the "
                  "--index-url for each); if the GPUs are in exclusive-process mode, free them or ask for the "
                  "default compute mode")
-CPU_ONLY_REMEDY = ("this machine has NVIDIA GPUs but this torch ({version}) is a CPU-only build: install PyPI's "
-                   "default Linux build, which includes CUDA: pip install --force-reinstall "
-                   "--index-url https://pypi.org/simple \"torch=={release}\"")
+CPU_ONLY_REMEDY = (f"this machine has NVIDIA GPUs but this torch ({torch.__version__}) is a CPU-only build: install "
+                   f"PyPI's default Linux build, which includes CUDA: pip install --force-reinstall "
+                   f"--index-url https://pypi.org/simple \"torch=={torch.__version__.split('+')[0]}\"")
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ def usable_count() -> int:
     found = probe()
     if found.error is not None:
         _warn_once(f"NVML lists {found.listed} GPU(s), but CUDA cannot start ({found.error}), so dpedu runs on "
-                   f"the CPU; to use them, {DRIVER_REMEDY.format(cuda=torch.version.cuda)}")
+                   f"the CPU; to use them, {DRIVER_REMEDY}")
     return len(found.properties)
 
 
@@ -107,7 +108,7 @@ def one_gpu_per_local_rank(local_rank: int, local_world_size: int, script: str) 
     if listed and not usable and local_rank == 0:
         why = (f"{listed} GPU(s) for {local_world_size} ranks on this machine (--nproc-per-node={listed} would use "
                f"them)" if listed < local_world_size else
-               f"CUDA cannot start: {DRIVER_REMEDY.format(cuda=torch.version.cuda)}")
+               f"CUDA cannot start: {DRIVER_REMEDY}")
         print(f"{script}: every rank runs on the CPU: {why}", file=sys.stderr, flush=True)
     return usable
 
@@ -144,8 +145,8 @@ def shared_memory_bytes() -> int | None:
     return stats.f_frsize * stats.f_blocks
 
 
-def tf32_overrides() -> dict[str, str]:
-    """The environment variable that turns TF32 on for float32 matrix products, where it is set (some vendor
-    containers set it; torch reads it when it starts)."""
+def tf32_override() -> str | None:
+    """``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE``'s value where it turns TF32 on for float32 matrix products (some
+    vendor containers set it; torch reads it when it starts); None where it does not."""
     value = os.environ.get("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "")
-    return {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": value} if value not in ("", "0") else {}
+    return value if value not in ("", "0") else None

@@ -66,10 +66,10 @@ def test_shared_memory_and_tf32_overrides_are_read_from_the_machine(monkeypatch)
     if os.path.isdir("/dev/shm"):
         assert gpus.shared_memory_bytes() > 0
     monkeypatch.setenv("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "1")
-    assert gpus.tf32_overrides() == {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}
+    assert gpus.tf32_override() == "1"
     monkeypatch.setenv("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "0")  # set, but off
     monkeypatch.setenv("NVIDIA_TF32_OVERRIDE", "0")  # the driver's switch: 0 turns TF32 off, never on
-    assert gpus.tf32_overrides() == {}
+    assert gpus.tf32_override() is None
 
 
 @pytest.mark.parametrize(("listed", "cuda_starts", "local_rank", "uses_gpus", "said"), [
