@@ -18,7 +18,7 @@ Public API (stable names that notebooks and outside checks rely on):
 The rest lives in one folder per topic, each module named for its concept and readable in
 one sitting (each package's docstring lists its modules):
 - ``sgd``: lessons 01, 05, 06; ``data_parallel``: lessons 02, 03, 04, 07; ``cluster``: lesson 08;
-  ``beyond``: lesson 09; ``training_run``: lesson 10. These content packages never import one another.
+  ``beyond``: lessons 09 and 10; ``training_run``: lesson 11. These content packages never import one another.
 - ``scripts``: the programs lessons start with torchrun, mpiexec or sbatch, run as modules
   (``torchrun -m dpedu.scripts.train_ddp``) so that a lesson opened alone finds them.
 - ``runtime``: how ranks and commands are started, supervised and reaped (what every lesson uses, none teaches);
@@ -30,7 +30,8 @@ Training functions come in two shapes. A *trainer* takes what is trained, then t
 every setting by keyword (``sgd.training.train``, ``sgd.hogwild.train``). An *experiment* builds its own
 model and data, so it takes only settings by keyword, or first the one thing it compares
 (``data_parallel.digits_ddp.train``, ``data_parallel.equivalence.train``, ``beyond.zero_memory.train(kind)``,
-``beyond.mixed_precision.train_digits(precision)``, ``beyond.model_parallel.train``).
+``beyond.zero_one.train_zero_one``, ``beyond.mixed_precision.train_digits(precision)``,
+``beyond.model_parallel.train``).
 """
 
 from dpedu.data_parallel.collectives import ring_all_reduce

@@ -1,8 +1,9 @@
-"""Beyond plain data parallelism: splitting the model and its memory (lesson 09).
+"""Beyond plain data parallelism: splitting the model and its memory (lessons 09 and 10).
 
 - ``model_parallel``: layers split across ranks, activations sent forward and gradients back.
 - ``pipeline``: micro-batches, GPipe and 1F1B schedules, the bubble.
 - ``zero_memory``: ZeRO and FSDP2 memory per rank against DDP, with the same results.
+- ``zero_one``: ZeRO-1 by hand: reduce-scatter the gradients, step 1/N of the parameters, all-gather them.
 - ``mixed_precision``: bfloat16 autocast on CPU, float16 with loss scaling on GPU.
 - ``parallelism_plan``: which parallelism when, checked on published layouts.
 - ``recompute``: activation checkpointing under DDP, the bytes it saves and the forward it repeats.

@@ -27,7 +27,7 @@ Assumptions, all stated so that they can be argued with:
   node, then pipeline stages across nodes, each again with those remedies. Memory only: time and traffic
   are not compared.
 
-Used in lesson 09.
+Used in lesson 10.
 """
 
 from __future__ import annotations

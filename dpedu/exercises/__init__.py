@@ -19,3 +19,10 @@ def close(answer: object, truth: float, rel: float) -> bool:
     """Is ``answer`` a finite number within ``rel`` (relative) of ``truth``? Any non-number is not."""
     return (isinstance(answer, (int, float)) and not isinstance(answer, bool) and math.isfinite(answer)
             and abs(answer - truth) <= rel * abs(truth))
+
+
+def number(answer: object) -> object:
+    """A number is an answer (right or wrong; NaN and inf are wrong); anything else is a TypeError."""
+    if isinstance(answer, bool) or not isinstance(answer, (int, float)):
+        raise TypeError(f"answer must be a number, got {answer!r}")
+    return answer

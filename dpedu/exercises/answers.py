@@ -1,4 +1,4 @@
-"""Model answers and rubrics for the exercises at the end of lessons 00 to 10, printed only on request.
+"""Model answers and rubrics for the exercises at the end of lessons 00 to 11, printed only on request.
 
 ``answer(lesson)`` lists a lesson's exercises and the kind of answer each has; ``answer(lesson, n)`` prints
 exercise n's. The kinds: a **computed value** (a number or a formula that the lesson's checker accepts),
@@ -47,15 +47,16 @@ VALUES: dict[tuple[int, int], object] = {
     (7, 3): 20,
     (8, 1): 19,
     (8, 3): 4.13,
-    (9, 1): {8: 3 / 11, 16: 3 / 19, "fewest micro-batches under 10 %": 28},
-    (9, 2): {"1f1b": 3, "gpipe": 8},
-    (9, 3): 37.375,
-    (9, 4): {3e-8: True, 2e-8: False},
-    (9, 7): 15.0,
-    (9, 8): 12 * 512 * 128 * 4,
-    (10, 1): 16,
-    (10, 2): 8,
-    (10, 3): 3e-3 * 51 / 100,
+    (9, 1): 37.375,
+    (9, 2): {3e-8: True, 2e-8: False},
+    (9, 3): 15.0,
+    (9, 4): 12 * 512 * 128 * 4,
+    (9, 5): 578,
+    (10, 1): {8: 3 / 11, 16: 3 / 19, "fewest micro-batches under 10 %": 28},
+    (10, 2): {"1f1b": 3, "gpipe": 8},
+    (11, 1): 16,
+    (11, 2): 8,
+    (11, 3): 3e-3 * 51 / 100,
 }
 
 
@@ -377,28 +378,50 @@ by peer" or "Connection closed by peer" (which one varies from run to run). Not 
 ended, its process group and sockets closed, and gloo on rank 0 saw the connection drop at once instead of
 waiting. A good answer notes that an early exit (or crash) of one rank shows up on the others as a
 connection error that names no cause: look at the rank that is gone (lesson 08, part 6)."""),
-    (9, 1): (VALUE, """
-(p − 1)/(m + p − 1) = 3/11 ≈ 0.273 (check: lesson09.bubble(4, 8, 3 / 11)); with 16 micro-batches 3/19 ≈ 0.158.
-Under 10 % needs 3/(m + 3) < 0.1, so m > 27: 28 micro-batches (3/31 ≈ 0.097; 27 gives exactly 0.10)."""),
-    (9, 2): (VALUE, """
-1F1B: stage r keeps at most p − r micro-batches, so stage 1 keeps 3 (check: lesson09.micro_batches_kept("1f1b",
-4, 8, 1, 3)). GPipe: all 8, since every forward comes before the first backward
-(lesson09.micro_batches_kept("gpipe", 4, 8, 1, 8))."""),
-    (9, 3): (VALUE, f"""
+    (9, 1): (VALUE, f"""
 ZeRO-2 keeps the fp16 parameters whole (2Ψ) and shards gradients and optimizer state (14Ψ/N):
-2 · 13e9 + 14 · 13e9/16 bytes = 26 + 11.375 = {VALUES[9, 3]} GB
+2 · 13e9 + 14 · 13e9/16 bytes = 26 + 11.375 = {VALUES[9, 1]} GB
 (check: lesson09.zero_gigabytes(13e9, 16, 2, 37.375))."""),
-    (9, 4): (VALUE, """
+    (9, 2): (VALUE, """
 3e-8: yes (True), barely. float16's smallest positive value is 2^-24 ≈ 5.96e-8; a value above half of it,
 2^-25 ≈ 2.98e-8, rounds up to 2^-24, so 3e-8 is stored as about twice itself. 2e-8: no (False), it rounds to 0.
 Check: lesson09.survives_float16(3e-8, True) and lesson09.survives_float16(2e-8, False)."""),
-    (9, 5): (RUBRIC, """
+    (9, 3): (VALUE, f"""
+HSDP shards every byte over its group of 8 and keeps one copy per group: 16 · 7.5e9/8 = {VALUES[9, 3]} GB per
+GPU, whatever the byte layout (4 + 4 + 8 also adds up to 16) and however many groups there are (check:
+lesson09.hsdp_gigabytes(7.5e9, 8, 15, "autocast")). FSDP over all 64: 16 · 7.5e9/64 = 1.875 GB. What HSDP buys
+for the 8 times more memory: its all-gathers and reduce-scatters stay inside a node, and only an all-reduce
+of each GPU's gradient shard (4 · 7.5e9/8 bytes with float32 gradients) crosses between nodes."""),
+    (9, 4): (VALUE, f"""
+Each checkpointed block keeps its input, 512 · 128 float32 values: 12 · 512 · 128 · 4 = {VALUES[9, 4]:,} bytes
+(check: lesson09.kept_with_checkpointing(12, 128, 512, {VALUES[9, 4]})); without checkpointing 9 times that,
+{9 * VALUES[9, 4]:,} bytes (input, 4w before GELU and 4w after, per block: part 3 measured it on 4 blocks).
+Checkpointing pairs of blocks keeps 6 inputs, half as much, but recomputes 2 blocks at once in backward, so
+the peak grows by one block's activations: the segment length trades the inputs kept against the
+activations recomputed at once: with segments of k blocks, L/k inputs plus k blocks' activations, least
+near k = √(L/9) here (Chen et al. 2016, arXiv:1604.06174: segments of about √L blocks)."""),
+    (9, 5): (VALUE, f"""
+ceil(1,732 / 3) = {VALUES[9, 5]} elements per rank (check: lesson09.zero_one_slice(1732, 3, {VALUES[9, 5]})): the flat
+vector is padded with 2 zeros to 1,734 = 3 x 578, so the last rank's slice ends in the padding. Measured with
+train_zero_one on 3 ranks: optimizer state 8 x 578 = 4,624 bytes on every rank (Adam's two float32 moments),
+shards (0, 578), (578, 1156), (1156, 1734); each rank hands the reduce-scatter 4 x 1,734 = 6,936 bytes and the
+all-gather 4 x 578 = 2,312; the parameters equal DDP's within 1e-6. The padding costs 2 elements of state and
+of traffic, nothing in the result: the padded gradients are 0, and the padded parameters are never copied
+back."""),
+    (10, 1): (VALUE, """
+(p − 1)/(m + p − 1) = 3/11 ≈ 0.273 (check: lesson10.bubble(4, 8, 3 / 11)); with 16 micro-batches 3/19 ≈ 0.158.
+Under 10 % needs 3/(m + 3) < 0.1, so m > 27: 28 micro-batches (3/31 ≈ 0.097; 27 gives exactly 0.10)."""),
+    (10, 2): (VALUE, """
+1F1B: stage r keeps at most p − r micro-batches, so stage 1 keeps 3 (check: lesson10.micro_batches_kept("1f1b",
+4, 8, 1, 3)). GPipe: all 8, since every forward comes before the first backward
+(lesson10.micro_batches_kept("gpipe", 4, 8, 1, 8))."""),
+    (10, 3): (RUBRIC, """
 In timed_schedules, pass work_s = 0.4 on the last rank and 0.2 on the others. Measured (4 stages, 8
 micro-batches): the step takes 0.97 s instead of 0.58 s, under GPipe and under 1F1B alike, and the idle share
 grows from 0.29 to 0.48 for both. The slowest stage sets the pace: it works 0.81 s of the 0.97 s while the
 others work 0.41 s each and spend the rest waiting for its outputs and its gradients. The schedule
 changes memory (part 2), not the pace. Balance the stages' work, not their layer counts."""),
-    (9, 6): (RUBRIC, """
+    (10, 4): (RUBRIC, """
 4 all-reduces per step: 2 in forward (g after each block's B) and 2 in backward (f before each block's A).
 Measured with part 3's functions on 4 ranks, two blocks in a row: the all-reduces were ['forward', 'forward',
 'backward', 'backward'], and output and input gradient equal the unsplit pair's within 1e-5.
@@ -407,32 +430,18 @@ columns need every hidden unit), and GeLU after it is not linear, so the partial
 of the first block cannot go. In backward the first block's row-split B needs the whole gradient of h, but
 each rank only has its part from its own columns of A: f of the second block adds them. A transformer layer
 (attention + MLP, both built this way) therefore costs 2 all-reduces in forward and 2 in backward."""),
-    (9, 7): (VALUE, f"""
-HSDP shards every byte over its group of 8 and keeps one copy per group: 16 · 7.5e9/8 = {VALUES[9, 7]} GB per
-GPU, whatever the byte layout (4 + 4 + 8 also adds up to 16) and however many groups there are (check:
-lesson09.hsdp_gigabytes(7.5e9, 8, 15, "autocast")). FSDP over all 64: 16 · 7.5e9/64 = 1.875 GB. What HSDP buys
-for the 8 times more memory: its all-gathers and reduce-scatters stay inside a node, and only an all-reduce
-of each GPU's gradient shard (4 · 7.5e9/8 bytes with float32 gradients) crosses between nodes."""),
-    (9, 8): (VALUE, f"""
-Each checkpointed block keeps its input, 512 · 128 float32 values: 12 · 512 · 128 · 4 = {VALUES[9, 8]:,} bytes
-(check: lesson09.kept_with_checkpointing(12, 128, 512, {VALUES[9, 8]})); without checkpointing 9 times that,
-{9 * VALUES[9, 8]:,} bytes (input, 4w before GELU and 4w after, per block: part 7 measured it on 4 blocks).
-Checkpointing pairs of blocks keeps 6 inputs, half as much, but recomputes 2 blocks at once in backward, so
-the peak grows by one block's activations: the segment length trades the inputs kept against the
-activations recomputed at once: with segments of k blocks, L/k inputs plus k blocks' activations, least
-near k = √(L/9) here (Chen et al. 2016, arXiv:1604.06174: segments of about √L blocks)."""),
-    (10, 1): (VALUE + " + " + RUBRIC, f"""
-96 / (3 ranks x 2 micro-batches) = {VALUES[10, 1]} examples per forward-backward
-(check: lesson10.micro_batch(96, 3, 2, {VALUES[10, 1]})). 64 is not a multiple of 3: no equal split of the
+    (11, 1): (VALUE + " + " + RUBRIC, f"""
+96 / (3 ranks x 2 micro-batches) = {VALUES[11, 1]} examples per forward-backward
+(check: lesson11.micro_batch(96, 3, 2, {VALUES[11, 1]})). 64 is not a multiple of 3: no equal split of the
 global batch exists, and with unequal shards the ranks' mean loss would no longer be the global batch's mean
 (lesson 03), so the script refuses it before any rank starts (batches.micro_batch_size)."""),
-    (10, 2): (VALUE, f"""
-ceil(1000 / 16) = 63 examples per rank, 16 x 63 = 1008: {VALUES[10, 2]} examples repeated
-(check: lesson10.padding(1000, 16, {VALUES[10, 2]})). On 3 ranks it is 2 (334 x 3 = 1002), part 2's case."""),
-    (10, 3): (VALUE, f"""
-Step 50 is in the warmup (100 steps): 3e-3 x (50 + 1) / 100 = {VALUES[10, 3]:.2e}
-(check: lesson10.learning_rate_at(50, {VALUES[10, 3]:.2e}))."""),
-    (10, 4): (RUBRIC, """
+    (11, 2): (VALUE, f"""
+ceil(1000 / 16) = 63 examples per rank, 16 x 63 = 1008: {VALUES[11, 2]} examples repeated
+(check: lesson11.padding(1000, 16, {VALUES[11, 2]})). On 3 ranks it is 2 (334 x 3 = 1002), part 2's case."""),
+    (11, 3): (VALUE, f"""
+Step 50 is in the warmup (100 steps): 3e-3 x (50 + 1) / 100 = {VALUES[11, 3]:.2e}
+(check: lesson11.learning_rate_at(50, {VALUES[11, 3]:.2e}))."""),
+    (11, 4): (RUBRIC, """
 A good answer: 2 ranks x 2 micro-batches of 16 make the same global batch of 64, so the schedule and the
 updates are the same and the run learns alike (held-out exact match above 0.95, as in part 3). The first loss
 is the mean of 4 means of 16 instead of 2 means of 32: equal in exact arithmetic, equal in float32 only to

@@ -32,8 +32,9 @@ LESSONS: tuple[Lesson, ...] = (
     Lesson(6, "Batch size and learning rate", "Training at scale"),
     Lesson(7, "BatchNorm and randomness across ranks", "Training at scale"),
     Lesson(8, "Scaling out, and when things go wrong", "In production"),
-    Lesson(9, "Beyond plain data parallelism", "In production"),
-    Lesson(10, "A real training run, end to end", "In production"),
+    Lesson(9, "Sharding: ZeRO, FSDP, mixed precision", "Beyond data parallelism"),
+    Lesson(10, "Splitting the model: pipelines, tensors", "Beyond data parallelism"),
+    Lesson(11, "A real training run, end to end", "In production"),
 )
 
 
@@ -59,7 +60,7 @@ def study_minutes(notebook: str | Path) -> int:
 
 
 def draw_course_map(path: str | Path | None = None):
-    """Draw the lessons of ``LESSONS`` as a path through the course's four parts; save to ``path`` if given.
+    """Draw the lessons of ``LESSONS`` as a path through the parts of the course; save to ``path`` if given.
 
     The map comes from ``LESSONS`` alone, so lesson 00 draws it wherever its notebook was opened."""
     import matplotlib.pyplot as plt

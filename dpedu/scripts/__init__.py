@@ -3,7 +3,7 @@ opened: in a clone, or alone in Colab, Kaggle or a JupyterHub with dpedu install
 
 Each is started as a module, by the same launchers a script file would be given to:
     torchrun --standalone --nproc-per-node=2 -m dpedu.scripts.train_ddp --steps 10   (lessons 03, 08)
-    torchrun --standalone --nproc-per-node=2 -m dpedu.scripts.train_addition        (lesson 10)
+    torchrun --standalone --nproc-per-node=2 -m dpedu.scripts.train_addition        (lesson 11)
     torchrun ... -m dpedu.scripts.train_resumable                                    (lesson 08)
     mpiexec -n 2 python -m dpedu.scripts.mpi_allreduce                               (lesson 08)
     mpiexec -n 2 python -m dpedu.scripts.mpi_torch                                   (lesson 08)
@@ -11,7 +11,7 @@ Each is started as a module, by the same launchers a script file would be given 
 ``python -m dpedu.scripts.NAME --help`` prints a script's usage. To change one, copy it out
 (``path("train_ddp.py")``) and run the copy by its file name instead of ``-m``.
 
-Scripts may import any part of dpedu; no module of dpedu imports them (lesson 10 imports train_addition
+Scripts may import any part of dpedu; no module of dpedu imports them (lesson 11 imports train_addition
 only to show its source).
 """
 

@@ -1,4 +1,4 @@
-"""Train a small GPT to add multi-digit numbers with DistributedDataParallel: the script lesson 10 runs.
+"""Train a small GPT to add multi-digit numbers with DistributedDataParallel: the script lesson 11 runs.
 
 One machine, CPUs (gloo) or one GPU per rank (nccl), any number of ranks, the same global batch:
     torchrun --standalone --nproc-per-node=2 -m dpedu.scripts.train_addition --steps 1000 --global-batch 64

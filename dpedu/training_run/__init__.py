@@ -1,4 +1,4 @@
-"""Lesson 10: a real training run, end to end: a small GPT learns multi-digit addition on N ranks.
+"""Lesson 11: a real training run, end to end: a small GPT learns multi-digit addition on N ranks.
 
 Modules (the first eight used by ``dpedu.scripts.train_addition``, the torchrun script the lesson runs):
 - ``addition``: the data, generated from a seed: ``"12+39=150"`` (the sum written least significant digit
@@ -13,9 +13,9 @@ Modules (the first eight used by ``dpedu.scripts.train_addition``, the torchrun 
 - ``gradient_norms``: a communication hook recording each rank's and the averaged squared gradient norm, for the
   gradient noise scale measured inside DDP (``--noise-scale``).
 - ``data_loading``: ranks split the data, ``DataLoader`` workers split a rank's loading; an ``IterableDataset``
-  sharded by rank x worker (lesson 10, not the script).
+  sharded by rank x worker (lesson 11, not the script).
 - ``throughput``: the script's step timed on 1, 2, 4 ranks, oversubscription, compute of controlled duration with
-  real all-reduces, and the overlap of buckets with backward modelled (lesson 10, not the script).
+  real all-reduces, and the overlap of buckets with backward modelled (lesson 11, not the script).
 
 Like every content package, it imports only ``dpedu.runtime``, ``dpedu.notebook``, dpedu's top level and itself.
 """

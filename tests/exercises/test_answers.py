@@ -21,6 +21,7 @@ from dpedu.exercises import (
     lesson08,
     lesson09,
     lesson10,
+    lesson11,
 )
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
@@ -35,7 +36,7 @@ def _exercise_numbers(notebook: Path) -> list[int]:
     return []
 
 
-@pytest.mark.parametrize("lesson", range(11))
+@pytest.mark.parametrize("lesson", range(12))
 def test_every_exercise_of_every_lesson_has_an_answer(lesson, capsys):
     (notebook,) = NOTEBOOKS.glob(f"{lesson:02d}_*.ipynb")
     numbers = _exercise_numbers(notebook)
@@ -59,7 +60,7 @@ def test_code_answers_are_printed_from_their_source_and_values_belong_to_exercis
     assert "def my_rank_and_size(environ" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize(("call", "name"), [(lambda: answers.answer(11), "lesson"),
+@pytest.mark.parametrize(("call", "name"), [(lambda: answers.answer(12), "lesson"),
                                             (lambda: answers.answer(3, 6), "exercise"),
                                             (lambda: answers.answer(3, 0), "exercise")])
 def test_bad_arguments_are_refused_by_name(call, name):
@@ -135,17 +136,20 @@ def test_lesson08_and_09_answers_pass_the_checks():
     assert lesson08.global_rank(8, 2, 3, values[8, 1])
     assert lesson08.rank_and_size(answers.my_rank_and_size)
     assert lesson08.bucket_milliseconds("100 GbE", 64, values[8, 3])
-    bubbles = values[9, 1]
-    assert lesson09.bubble(4, 8, bubbles[8]) and lesson09.bubble(4, 16, bubbles[16])
+    assert lesson09.zero_gigabytes(13e9, 16, 2, values[9, 1])
+    assert all(lesson09.survives_float16(value, survives) for value, survives in values[9, 2].items())
+    assert lesson09.hsdp_gigabytes(7.5e9, 8, values[9, 3], "autocast")
+    assert lesson09.kept_with_checkpointing(12, 128, 512, values[9, 4])
+    assert lesson09.zero_one_slice(1732, 3, values[9, 5])
+
+
+def test_lesson10_and_11_answers_pass_the_checks():
+    values = answers.VALUES
+    bubbles = values[10, 1]
+    assert lesson10.bubble(4, 8, bubbles[8]) and lesson10.bubble(4, 16, bubbles[16])
     fewest = bubbles["fewest micro-batches under 10 %"]
     assert bubble_fraction(4, fewest) < 0.1 <= bubble_fraction(4, fewest - 1)
-    assert all(lesson09.micro_batches_kept(kind, 4, 8, 1, kept) for kind, kept in values[9, 2].items())
-    assert lesson09.zero_gigabytes(13e9, 16, 2, values[9, 3])
-    assert all(lesson09.survives_float16(value, survives) for value, survives in values[9, 4].items())
-
-
-def test_lesson10_answers_pass_the_checks():
-    values = answers.VALUES
-    assert lesson10.micro_batch(96, 3, 2, values[10, 1])
-    assert lesson10.padding(1000, 16, values[10, 2])
-    assert lesson10.learning_rate_at(50, values[10, 3])
+    assert all(lesson10.micro_batches_kept(kind, 4, 8, 1, kept) for kind, kept in values[10, 2].items())
+    assert lesson11.micro_batch(96, 3, 2, values[11, 1])
+    assert lesson11.padding(1000, 16, values[11, 2])
+    assert lesson11.learning_rate_at(50, values[11, 3])

@@ -3,16 +3,6 @@ import pytest
 from dpedu.exercises import lesson09
 
 
-def test_bubble_check():
-    assert lesson09.bubble(4, 8, 3 / 11) and lesson09.bubble(4, 8, 0.273)
-    assert not lesson09.bubble(4, 8, 3 / 8) and not lesson09.bubble(4, 8, float("nan"))
-
-
-def test_micro_batches_kept_check():
-    assert lesson09.micro_batches_kept("1f1b", 4, 8, 1, 3) and not lesson09.micro_batches_kept("1f1b", 4, 8, 1, 8)
-    assert lesson09.micro_batches_kept("gpipe", 4, 8, 1, 8)
-
-
 def test_zero_gigabytes_check():
     assert lesson09.zero_gigabytes(13e9, 16, 2, 2 * 13 + 14 * 13 / 16)
     assert not lesson09.zero_gigabytes(13e9, 16, 2, 16 * 13 / 16)
@@ -31,18 +21,12 @@ def test_survives_float16_check():
 
 
 @pytest.mark.parametrize(("call", "error", "name"), [
-    (lambda: lesson09.bubble(0, 8, 0.1), ValueError, "stages"),
-    (lambda: lesson09.micro_batches_kept("zb", 4, 8, 1, 3), ValueError, "kind"),
-    (lambda: lesson09.micro_batches_kept("1f1b", 4, 8, 4, 3), ValueError, "stage"),
     (lambda: lesson09.zero_gigabytes(0, 16, 2, 1.0), ValueError, "params"),
     (lambda: lesson09.zero_gigabytes(1e9, 16, 5, 1.0), ValueError, "stage"),
     (lambda: lesson09.zero_gigabytes(1e9, 16, 2, 1.0, "fp8"), ValueError, "precision"),
     (lambda: lesson09.survives_float16(float("nan"), True), ValueError, "value"),
     (lambda: lesson09.survives_float16(1e-8, "yes"), TypeError, "answer"),
     (lambda: lesson09.survives_float16(1e-8, 1), TypeError, "answer"),
-    (lambda: lesson09.bubble(4, 8, "0.27"), TypeError, "answer must be a number"),
-    (lambda: lesson09.bubble(4, 8, True), TypeError, "answer must be a number"),
-    (lambda: lesson09.micro_batches_kept("1f1b", 4, 8, 1, "3"), TypeError, "answer must be a number"),
     (lambda: lesson09.zero_gigabytes(13e9, 16, 2, None), TypeError, "answer must be a number"),
 ])
 def test_bad_arguments_are_refused_by_name(call, error, name):
@@ -70,3 +54,12 @@ def test_kept_with_checkpointing_check():
 def test_new_checks_refuse_bad_arguments_by_name(call, error, name):
     with pytest.raises(error, match=name):
         call()
+
+
+def test_zero_one_slice_check():
+    assert lesson09.zero_one_slice(1732, 3, 578) and lesson09.zero_one_slice(1732, 4, 433)
+    assert not lesson09.zero_one_slice(1732, 3, 577) and not lesson09.zero_one_slice(1732, 3, 1732 / 3)
+    with pytest.raises(ValueError, match="ranks"):
+        lesson09.zero_one_slice(1732, 0, 1)
+    with pytest.raises(TypeError, match="answer must be a number"):
+        lesson09.zero_one_slice(1732, 3, "578")
