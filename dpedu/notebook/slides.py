@@ -1,0 +1,359 @@
+"""Slides for teachers: a lesson's notebook as a slide deck, built with its stored outputs, so it never
+drifts from the notebook and nothing is computed to build it.
+
+A new slide starts at each heading (``#``, ``##``, ``###``); the lesson's ``# NN · Title`` is the title
+slide. Code cells are shown highlighted, with their stored outputs (text, tables, figures); the installing
+first cell (``opened_alone.FIRST_CELL``) and nbval's marker comments are left out, and a widget, which
+cannot move outside a kernel, is named instead. One self-contained HTML file per lesson: figures are
+embedded, the few lines of script and style are in the page, nothing is fetched when it is shown, so it
+works offline. Math stays as its TeX text. A slide longer than the screen scrolls.
+
+In the browser: Right, Space, PageDown or a click move on (Space and PageDown first scroll a long slide
+to its end); Left, PageUp or a click near the left edge move back; Home and End; ``#5`` in the address
+opens slide 5. Print gives each slide a new page.
+
+    ./course slides 03               # writes slides-03.html (lesson 03)
+    ./course slides                  # every lesson and the appendix into slides/, with an index.html
+    python -m dpedu.notebook.slides [LESSON [OUT.html]]
+    python -m dpedu.notebook.slides all [FOLDER]
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import re
+import sys
+from pathlib import Path
+
+from dpedu.notebook.course import NOTEBOOKS, study_minutes
+from dpedu.notebook.opened_alone import FIRST_CELL, source
+
+HEADING = re.compile(r"^(#{1,3})\s+(\S.*?)\s*#*\s*$")  # a new slide: '#', '##' or '###' (not '####')
+FENCE = re.compile(r"^ {0,3}(```|~~~)")
+NBVAL_MARKER = re.compile(r"^\s*#\s*NBVAL_[A-Z_]+\s*$")  # '# NBVAL_IGNORE_OUTPUT' and its kin
+WIDGET = "application/vnd.jupyter.widget-view+json"
+# What a browser could fetch or run from a stored HTML output: such an output is shown as its text instead.
+UNSAFE_HTML = re.compile(r"<\s*(script|link|iframe|object|embed)\b|\bsrc\s*=\s*[\"']?\s*(https?:)?//"
+                         r"|url\(\s*[\"']?\s*(https?:)?//|@import", re.IGNORECASE)
+
+_STYLE = """
+html, body { margin: 0; height: 100%; background: #fff; color: #1d1d1d; }
+body { font: max(15px, min(2.5vh, 1.45vw))/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; }
+.slide { display: none; position: fixed; inset: 0 0 2.2em 0; overflow: auto; padding: 1.2em 4vw 1.5em;
+         box-sizing: border-box; outline: none; }
+.slide.current { display: block; }
+.slide > * { max-width: 78em; margin-left: auto; margin-right: auto; }
+.slide.title h1 { font-size: 2.2em; margin-top: 1.5em; }
+.slide .lesson { color: #666; }
+h1 { font-size: 1.7em; } h2 { font-size: 1.5em; } h3 { font-size: 1.3em; }
+h1, h2, h3 { margin: 0.2em auto 0.5em; line-height: 1.2; color: #0b3d66; }
+code, pre { font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, "DejaVu Sans Mono", monospace; }
+:not(pre) > code { font-size: 0.9em; background: #f1f3f5; padding: 0 0.2em; border-radius: 3px; }
+pre { font-size: 0.72em; line-height: 1.35; overflow-x: auto; padding: 0.6em 0.8em; margin: 0.4em 0;
+      white-space: pre; }
+.cell { margin: 0.8em auto; }
+.input pre, .highlight pre { background: #f6f8fa; border-left: 4px solid #0b3d66; }
+.output pre { background: #fff; border-left: 4px solid #c9d1d9; }
+.output pre.stderr { background: #fff5f5; border-left-color: #d33; }
+.output pre.error { background: #fff0f0; border-left-color: #b00; }
+.output img { display: block; max-width: 100%; max-height: 78vh; width: auto; height: auto; margin: 0.4em 0; }
+.output .note { color: #555; font-style: italic; }
+.output_html pre { border-left: 4px solid #c9d1d9; }
+table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0; }
+th, td { border: 1px solid #bbb; padding: 0.2em 0.5em; text-align: left; vertical-align: top; }
+.slide > table, .output table { display: block; overflow-x: auto; max-width: 100%; }
+img { max-width: 100%; }
+blockquote { border-left: 4px solid #ddd; margin-left: 0; padding-left: 1em; color: #444; }
+footer { position: fixed; left: 0; right: 0; bottom: 0; height: 2.2em; display: flex; align-items: center;
+         justify-content: space-between; padding: 0 1.5em; font-size: 0.7em; color: #666;
+         border-top: 1px solid #e5e5e5; background: #fafafa; box-sizing: border-box; }
+#more { color: #0b3d66; font-weight: 600; }
+@media print {
+  body { font-size: 11pt; }
+  .slide { display: block; position: static; overflow: visible; padding: 0; break-after: page;
+           page-break-after: always; }
+  .slide:last-of-type { break-after: auto; page-break-after: auto; }
+  .slide.title h1 { margin-top: 0; }
+  pre { white-space: pre-wrap; overflow: visible; }
+  .output img { max-height: none; break-inside: avoid; }
+  footer { display: none; }
+  @page { size: landscape; margin: 1.2cm; }
+}
+"""
+
+_SCRIPT = """
+(function () {
+  var slides = document.querySelectorAll(".slide"), counter = document.getElementById("counter"),
+      more = document.getElementById("more"), at = 0;
+  function show(n) {
+    n = Math.max(0, Math.min(slides.length - 1, n));
+    slides[at].classList.remove("current");
+    at = n;
+    slides[at].classList.add("current");
+    slides[at].scrollTop = 0;
+    slides[at].focus({preventScroll: true});  // Up and Down then scroll a long slide
+    counter.textContent = (at + 1) + " / " + slides.length;
+    hint();
+    if (location.hash !== "#" + (at + 1)) {
+      try { history.replaceState(null, "", "#" + (at + 1)); } catch (e) { location.hash = "#" + (at + 1); }
+    }
+  }
+  function hint() {  // a long slide says that it goes on below
+    var s = slides[at];
+    more.hidden = s.scrollHeight - s.clientHeight - s.scrollTop <= 2;
+  }
+  function fromAddress() {
+    var n = parseInt(location.hash.slice(1), 10);
+    show(isNaN(n) ? 0 : n - 1);
+  }
+  function scrollOr(step) {  // Space and PageDown show the rest of a long slide before moving on
+    var s = slides[at], room = step > 0 ? s.scrollHeight - s.clientHeight - s.scrollTop : s.scrollTop;
+    if (room > 2) { s.scrollBy(0, step * s.clientHeight * 0.85); } else { show(at + step); }
+  }
+  document.addEventListener("keydown", function (e) {
+    if (e.altKey || e.ctrlKey || e.metaKey) { return; }
+    var key = e.key;
+    if (key === "ArrowRight") { show(at + 1); }
+    else if (key === "ArrowLeft") { show(at - 1); }
+    else if (key === "PageDown" || (key === " " && !e.shiftKey)) { scrollOr(1); }
+    else if (key === "PageUp" || (key === " " && e.shiftKey)) { scrollOr(-1); }
+    else if (key === "Home") { show(0); }
+    else if (key === "End") { show(slides.length - 1); }
+    else { return; }
+    e.preventDefault();
+  });
+  document.addEventListener("click", function (e) {
+    if (e.button !== 0 || e.target.closest("a, pre, code, table, details, footer")) { return; }
+    if (String(window.getSelection())) { return; }  // selecting text to copy it
+    show(e.clientX < window.innerWidth / 5 ? at - 1 : at + 1);
+  });
+  window.addEventListener("hashchange", fromAddress);
+  window.addEventListener("resize", hint);
+  for (var i = 0; i < slides.length; i++) { slides[i].addEventListener("scroll", hint); }
+  fromAddress();
+})();
+"""
+
+
+def lesson_notebook(lesson: str | int | Path, notebooks: str | Path = NOTEBOOKS) -> Path:
+    """The notebook of ``lesson``: a lesson's number (3, "3" or "03"), "appendix", or a notebook's path."""
+    folder = Path(notebooks)
+    text = str(lesson).strip()
+    if isinstance(lesson, bool) or not text:
+        raise ValueError(f"lesson must be a lesson's number, 'appendix' or a notebook's path, got {lesson!r}")
+    if isinstance(lesson, int) or text.isdigit():
+        pattern = f"{int(text):02d}_*.ipynb"
+    elif text == "appendix":
+        pattern = "appendix_*.ipynb"
+    else:
+        path = Path(text)
+        if path.suffix != ".ipynb" or not path.is_file():
+            raise ValueError(f"lesson must be a lesson's number, 'appendix' or the path of a .ipynb file, "
+                             f"got {lesson!r}")
+        return path
+    found = sorted(folder.glob(pattern))
+    if len(found) != 1:
+        have = ", ".join(p.name[:2] for p in sorted(folder.glob("[0-9][0-9]_*.ipynb"))) or "none"
+        raise ValueError(f"lesson must be one of the lessons in {folder} ({have}) or 'appendix', got {lesson!r}")
+    return found[0]
+
+
+def _pieces(markdown: str) -> list[tuple[int, str]]:
+    """``markdown`` cut before each heading outside code fences: (level of the heading, or 0, text)."""
+    pieces: list[tuple[int, list[str]]] = [(0, [])]
+    fenced = None
+    for line in markdown.splitlines():
+        fence = FENCE.match(line)
+        if fence and fenced in (None, fence.group(1)):
+            fenced = None if fenced else fence.group(1)
+        heading = None if fenced else HEADING.match(line)
+        if heading:
+            pieces.append((len(heading.group(1)), [line]))
+        else:
+            pieces[-1][1].append(line)
+    return [(level, "\n".join(lines)) for level, lines in pieces if level or "\n".join(lines).strip()]
+
+
+def _markdown(text: str) -> str:
+    from nbconvert.filters.markdown_mistune import markdown2html_mistune  # JupyterLab's nbconvert
+
+    rendered = markdown2html_mistune(text)
+    rendered = re.sub(r"<a class=\"anchor-link\"[^>]*>.*?</a>", "", rendered)  # the ¶ after each heading
+    return re.sub(r"<(h[1-6]) id=\"[^\"]*\">", r"<\1>", rendered)  # '#n' is for slide numbers only
+
+
+def _highlighted(code: str) -> str:
+    from pygments import highlight
+    from pygments.formatters import HtmlFormatter
+    from pygments.lexers import get_lexer_by_name
+    from pygments.util import ClassNotFound
+
+    try:
+        lexer = get_lexer_by_name("ipython3")  # %magics and !commands too, where IPython's lexer is installed
+    except ClassNotFound:
+        lexer = get_lexer_by_name("python")
+    return highlight(code, lexer, HtmlFormatter(cssclass="highlight"))
+
+
+def _text(value: str | list[str]) -> str:
+    return "".join(value) if isinstance(value, list) else value
+
+
+def _pre(text: str, kind: str) -> str:
+    from nbconvert.filters.ansi import ansi2html
+
+    text = "\n".join(line.rsplit("\r", 1)[-1] for line in text.split("\n"))  # what a carriage return left
+    return f"<pre class=\"{kind}\">{ansi2html(text.rstrip())}</pre>"
+
+
+def _output(output: dict) -> str:
+    kind = output["output_type"]
+    if kind == "stream":
+        return _pre(_text(output["text"]), "stream stderr" if output.get("name") == "stderr" else "stream")
+    if kind == "error":
+        return _pre("\n".join(output.get("traceback") or [f"{output['ename']}: {output['evalue']}"]), "error")
+    data = output.get("data", {})
+    if WIDGET in data:
+        return "<p class=\"note\">[An interactive widget: it moves only in the running notebook.]</p>"
+    for mime in ("image/png", "image/jpeg", "image/svg+xml"):
+        if mime in data:
+            payload = _text(data[mime])
+            payload = (base64.b64encode(payload.encode()).decode() if mime == "image/svg+xml"
+                       else re.sub(r"\s", "", payload))
+            return f"<img src=\"data:{mime};base64,{payload}\" alt=\"a figure of the notebook\">"
+    if "text/html" in data and not UNSAFE_HTML.search(_text(data["text/html"])):
+        return f"<div class=\"output_html\">{_text(data['text/html'])}</div>"
+    if "text/markdown" in data:
+        return _markdown(_text(data["text/markdown"]))
+    for mime in ("text/plain", "text/latex"):
+        if mime in data:
+            return _pre(_text(data[mime]), "text")
+    return ""
+
+
+def _code_cell(cell: dict) -> str:
+    code = "\n".join(line for line in source(cell).splitlines() if not NBVAL_MARKER.match(line)).strip("\n")
+    shown = f"<div class=\"input\">{_highlighted(code)}</div>" if code.strip() else ""
+    outputs = "".join(f"<div class=\"output\">{_output(output)}</div>" for output in cell.get("outputs", []))
+    return f"<div class=\"cell\">{shown}{outputs}</div>" if shown or outputs else ""
+
+
+def _title(cells: list[dict], notebook: Path) -> str:
+    for cell in cells:
+        if cell["cell_type"] == "markdown":
+            for level, text in _pieces(source(cell)):
+                if level == 1:  # as plain text, for the page's <title>
+                    return html.unescape(re.sub(r"<[^>]+>", "", _markdown(text.splitlines()[0]))).strip()
+    raise ValueError(f"notebook {notebook.name} has no title: its first heading should start with '# '")
+
+
+def slides_html(notebook: str | Path) -> str:
+    """The deck of ``notebook`` (a lesson's .ipynb, with its stored outputs) as one self-contained HTML page."""
+    path = Path(notebook)
+    if path.suffix != ".ipynb" or not path.is_file():
+        raise ValueError(f"notebook must be the path of a .ipynb file, got {str(notebook)!r}")
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    title = _title(cells, path)
+    slides: list[tuple[int, list[str]]] = []
+    first_code = True
+    for cell in cells:
+        if cell["cell_type"] == "markdown":
+            for level, text in _pieces(source(cell)):
+                if level or not slides:
+                    slides.append((level, []))
+                heading, _, body = text.partition("\n") if level else ("", "", text)
+                slides[-1][1].extend(_markdown(part) for part in (heading, body) if part.strip())
+        elif cell["cell_type"] == "code":
+            installing = first_code and source(cell) == FIRST_CELL
+            first_code = False
+            if not installing and (shown := _code_cell(cell)):
+                if not slides:
+                    slides.append((0, []))
+                slides[-1][1].append(shown)
+    about = (f"<p class=\"lesson\">About {study_minutes(path)} minutes to study · notebook "
+             f"<code>{html.escape(path.name)}</code></p>")
+    sections = []
+    for level, parts in slides:
+        if level == 1 and about:
+            parts.insert(1, about)
+            about = ""
+        kind = " title" if level == 1 else ""
+        sections.append(f"<section class=\"slide{kind}\" tabindex=\"-1\">\n" + "\n".join(parts) + "\n</section>")
+    from pygments.formatters import HtmlFormatter
+
+    style = _STYLE + HtmlFormatter().get_style_defs(".highlight")
+    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+            f"<title>{html.escape(title)}</title>\n<style>{style}</style>\n</head>\n<body>\n"
+            + "\n".join(sections)
+            + f"\n<footer><span>{html.escape(title)}</span><span id=\"more\" hidden>more below: scroll, or Space</span>"
+            f"<span id=\"counter\">1 / {len(sections)}</span></footer>\n"
+            f"<script>{_SCRIPT}</script>\n</body>\n</html>\n")
+
+
+def write_slides(lesson: str | int | Path, out: str | Path | None = None, notebooks: str | Path = NOTEBOOKS) -> Path:
+    """Write the deck of ``lesson`` (see ``lesson_notebook``) to ``out`` (default: slides-NN.html); its path."""
+    notebook = lesson_notebook(lesson, notebooks)
+    path = Path(out if out is not None else f"slides-{_short_name(notebook)}.html")
+    path.write_text(slides_html(notebook), encoding="utf-8")
+    return path
+
+
+def _short_name(notebook: Path) -> str:
+    return notebook.name[:2] if notebook.name[:2].isdigit() else notebook.stem.split("_")[0]
+
+
+def write_all(folder: str | Path = "slides", notebooks: str | Path = NOTEBOOKS) -> list[Path]:
+    """A deck per lesson and one for the appendix in ``folder`` (slides-00.html, ...), and an index.html
+    that links them; the paths of the decks."""
+    source_folder = Path(notebooks)
+    lessons = [*sorted(source_folder.glob("[0-9][0-9]_*.ipynb")), *sorted(source_folder.glob("appendix_*.ipynb"))]
+    if not lessons:
+        raise ValueError(f"notebooks must be the course's notebooks folder (lessons 00, 01, ...), got {source_folder}")
+    target = Path(folder)
+    if target.exists() and not target.is_dir():
+        raise ValueError(f"folder must be a folder to write the decks into, got the file {str(folder)!r}")
+    target.mkdir(parents=True, exist_ok=True)
+    decks, links = [], []
+    for notebook in lessons:
+        deck = target / f"slides-{_short_name(notebook)}.html"
+        page = slides_html(notebook)
+        deck.write_text(page, encoding="utf-8")
+        decks.append(deck)
+        title = html.unescape(re.search(r"<title>(.*?)</title>", page).group(1))
+        links.append(f"<li><a href=\"{deck.name}\">{html.escape(title)}</a></li>")
+    (target / "index.html").write_text(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>dpedu: slides</title>\n"
+        "<style>body { font: 18px/1.5 system-ui, sans-serif; max-width: 48em; margin: 2em auto; padding: 0 1em; }"
+        "</style>\n</head>\n<body>\n<h1>dpedu: slides, one deck per lesson</h1>\n<ul>\n" + "\n".join(links)
+        + "\n</ul>\n</body>\n</html>\n", encoding="utf-8")
+    return decks
+
+
+USAGE = ("usage: python -m dpedu.notebook.slides [LESSON [OUT.html]]   (LESSON: 03, appendix or a notebook's path)\n"
+         "       python -m dpedu.notebook.slides [all [FOLDER]]          (every lesson into FOLDER, default slides/)")
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 2 or any(arg in ("-h", "--help") for arg in argv):
+        raise SystemExit(USAGE)
+    if not argv or argv[0] == "all":
+        folder = Path(argv[1] if len(argv) == 2 else "slides")
+        try:
+            decks = write_all(folder)
+        except ValueError as error:
+            raise SystemExit(f"{error}\n{USAGE}") from None
+        print(f"Wrote {len(decks)} decks and {folder / 'index.html'}: open one in a browser; "
+              "arrow keys, Space or a click move, Print gives a page per slide.")
+        return
+    try:
+        out = write_slides(argv[0], argv[1] if len(argv) == 2 else None)
+    except ValueError as error:  # a mistyped lesson: say so, no traceback
+        raise SystemExit(f"{error}\n{USAGE}") from None
+    print(f"Wrote {out}: open it in a browser; arrow keys, Space or a click move, Print gives a page per slide.")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
