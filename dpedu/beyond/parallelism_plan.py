@@ -21,11 +21,11 @@ Assumptions, all stated so that they can be argued with:
   is the micro-batches per step: about one micro-batch of the whole model once m ≥ p (Korthikanti et al.
   2022, section 4.2.3; interleaved schedules hold somewhat more).
 - Nothing else: no embeddings or logits, no buffers, no fragmentation. "Fits" is an optimistic bound.
-- Preferred order, cheapest remedy first: data parallelism alone (DDP, then ZeRO-1 and ZeRO-2: the
-  same traffic); within it, a smaller micro-batch with gradient accumulation, then recomputation
-  (selective, then full), then ZeRO-3 (1.5× DDP's traffic); only then tensor parallelism 2, 4, 8 inside a
-  node, then pipeline stages across nodes, each again with those remedies. Memory only: time and traffic
-  are not compared.
+- Preferred order, cheapest remedy first: data parallelism alone (DDP, then ZeRO-1 and ZeRO-2: the same
+  traffic, written as a reduce-scatter and an all-gather); within it, a smaller micro-batch with gradient
+  accumulation, then recomputation (selective, then full), then ZeRO-3 (1.5× DDP's traffic); only then
+  tensor parallelism 2, 4, 8 inside a node, then pipeline stages across nodes, each again with those
+  remedies. Memory only: time and traffic are not compared.
 
 Used in lesson 10.
 """

@@ -151,13 +151,14 @@ def train(kind: str, *, steps: int, lr: float = 1e-2, device: str | torch.device
     return {"params": params, "held": held, "traffic": sent.by_kind(), "owned": owned, "bucket_copy": copy}
 
 
-def shard_layers(model: nn.Sequential, mesh) -> nn.Sequential:
+def shard_layers(model: nn.Sequential, mesh, **options) -> nn.Sequential:
     """FSDP2 on ``mesh``: each Linear its own unit (all-gathered just for its forward and backward),
-    then the whole model (the rest)."""
+    then the whole model (the rest). ``options`` go to every ``fully_shard`` (``reshard_after_forward``,
+    ``mp_policy``: ``beyond.fsdp_step``)."""
     for layer in model:
         if isinstance(layer, nn.Linear):
-            fully_shard(layer, mesh=mesh)
-    return fully_shard(model, mesh=mesh)
+            fully_shard(layer, mesh=mesh, **options)
+    return fully_shard(model, mesh=mesh, **options)
 
 
 def _seen_bucket(seen, bucket):  # no annotations: DDP checks them, and this module's are strings

@@ -3,7 +3,7 @@
 DDP all-reduces the whole gradient and every rank then runs the same optimizer step on every parameter,
 each holding all of the optimizer's state. ZeRO-1 (Rajbhandari et al. 2020) splits that work. Lay the
 P parameters end to end in one vector, pad it to a multiple of the N ranks, and give rank r the slice
-[r·P/N, (r+1)·P/N). A step is then (1) a reduce-scatter of the flat gradients, which leaves each rank the
+[r·S, (r+1)·S), S = ⌈P/N⌉. A step is then (1) a reduce-scatter of the flat gradients, which leaves each rank the
 average gradient of its slice only, (2) the optimizer's step on that slice, with its state (Adam's two
 moments) for that slice only, and (3) an all-gather of the updated slices, which gives every rank every
 parameter again. An all-reduce *is* a reduce-scatter followed by an all-gather (lesson 04's ring does
@@ -46,7 +46,10 @@ class Zero1Optimizer:
     parameters ``optimizer_class`` makes of the gradients averaged over the ranks (DDP's, to rounding).
     ``shard`` (this rank's slice of the flat parameters, padded to a multiple of N; ``shard_range`` is its
     (start, end) in elements) is the only tensor the inner optimizer ``optim`` knows, so its state is exactly
-    1/N of the whole. It is the master copy: a parameter changed outside ``step()`` is overwritten by the next.
+    1/N of the whole. The shard is the master copy: a parameter changed outside ``step()`` is overwritten by
+    the next. Stage 1, not 2: every parameter keeps its whole ``.grad`` until ``zero_grad``, and ``step`` lays
+    them end to end in one more flat copy (DDP's bucket copy again); stage 2 would free each gradient as
+    soon as it is reduce-scattered, during backward.
     A parameter without a gradient (``p.grad is None``) makes ``step()`` raise before it sends anything:
     counted as zero, Adam's momentum would still move it, and a plain optimizer skips it; give it a zero
     gradient yourself, or leave it out of ``params``."""
@@ -63,7 +66,8 @@ class Zero1Optimizer:
         world, rank = dist.get_world_size(process_group), dist.get_rank(process_group)
         size = -(-sum(self.numels) // world)  # elements per rank, rounded up: the padding sits at the very end
         self.padded, self.shard_range = size * world, (rank * size, (rank + 1) * size)
-        # a leaf tensor of its own, the master copy of this rank's slice; its .grad receives the reduce-scatter
+        # a tensor of its own, the master copy of this rank's slice; its .grad receives the reduce-scatter (an
+        # optimizer reads only .grad, so the shard needs no autograd of its own)
         self.shard = self._flat(params)[slice(*self.shard_range)].clone()
         self.shard.grad = torch.zeros_like(self.shard)
         self.optim = optimizer_class([self.shard], **defaults)
@@ -88,14 +92,16 @@ class Zero1Optimizer:
         if missing:  # every rank checks before sending, so ranks that all lack it all raise
             raise RuntimeError(f"params {missing} have no gradient (p.grad is None): run backward() first, "
                                f"or build the optimizer without them")
-        grads = self._flat([p.grad for p in self.params])
-        # (1) each rank hands in the whole flat gradient and gets back the average of its own slice (AVG: gloo
-        # and nccl both have it; DDP divides by N, then sums, which agrees to rounding)
-        _reduce_scatter(self.shard.grad, grads, op=dist.ReduceOp.AVG, group=self.group)
+        flat = self._flat([p.grad for p in self.params])
+        # (1) each rank hands in the whole flat gradient and gets back the sum of its own slice, divided by N
+        # for the average, as DDP does (dist.reduce_scatter_tensor; reduce_scatter_single from torch 2.13 on)
+        _reduce_scatter(self.shard.grad, flat, group=self.group)
+        self.shard.grad.div_(dist.get_world_size(self.group))
         self.optim.step()  # (2) on 1/N of the parameters, with 1/N of the state
-        # (3) each rank hands in its updated slice and gets back all of them, end to end
-        _all_gather(grads, self.shard, group=self.group)  # the gradients are spent: their buffer is reused
-        for p, values in zip(self.params, grads[:sum(self.numels)].split(self.numels), strict=True):
+        # (3) each rank hands in its updated slice and gets back all of them, end to end, in the same buffer
+        # (dist.all_gather_into_tensor; all_gather_single from torch 2.13 on): the gradients in it are spent
+        _all_gather(flat, self.shard, group=self.group)
+        for p, values in zip(self.params, flat[:sum(self.numels)].split(self.numels), strict=True):
             p.copy_(values.view_as(p))
 
 

@@ -381,7 +381,9 @@ connection error that names no cause: look at the rank that is gone (lesson 08, 
     (9, 1): (VALUE, f"""
 ZeRO-2 keeps the fp16 parameters whole (2Ψ) and shards gradients and optimizer state (14Ψ/N):
 2 · 13e9 + 14 · 13e9/16 bytes = 26 + 11.375 = {VALUES[9, 1]} GB
-(check: lesson09.zero_gigabytes(13e9, 16, 2, 37.375))."""),
+(check: lesson09.zero_gigabytes(13e9, 16, 2, 37.375)). Under torch autocast's 4 + 4 + 8 the whole float32
+parameters stay on every GPU and the gradients and optimizer state are sharded: 4 · 13e9 + 12 · 13e9/16 bytes
+= 52 + 9.75 = 61.75 GB (check: lesson09.zero_gigabytes(13e9, 16, 2, 61.75, "autocast"))."""),
     (9, 2): (VALUE, """
 3e-8: yes (True), barely. float16's smallest positive value is 2^-24 ≈ 5.96e-8; a value above half of it,
 2^-25 ≈ 2.98e-8, rounds up to 2^-24, so 3e-8 is stored as about twice itself. 2e-8: no (False), it rounds to 0.
@@ -401,13 +403,21 @@ the peak grows by one block's activations: the segment length trades the inputs 
 activations recomputed at once: with segments of k blocks, L/k inputs plus k blocks' activations, least
 near k = √(L/9) here (Chen et al. 2016, arXiv:1604.06174: segments of about √L blocks)."""),
     (9, 5): (VALUE, f"""
-ceil(1,732 / 3) = {VALUES[9, 5]} elements per rank (check: lesson09.zero_one_slice(1732, 3, {VALUES[9, 5]})): the flat
-vector is padded with 2 zeros to 1,734 = 3 x 578, so the last rank's slice ends in the padding. Measured with
-train_zero_one on 3 ranks: optimizer state 8 x 578 = 4,624 bytes on every rank (Adam's two float32 moments),
-shards (0, 578), (578, 1156), (1156, 1734); each rank hands the reduce-scatter 4 x 1,734 = 6,936 bytes and the
-all-gather 4 x 578 = 2,312; the parameters equal DDP's within 1e-6. The padding costs 2 elements of state and
-of traffic, nothing in the result: the padded gradients are 0, and the padded parameters are never copied
-back."""),
+ceil(1,732 / 3) = {VALUES[9, 5]} elements in each rank's shard, padding included (check:
+lesson09.zero_one_slice(1732, 3, {VALUES[9, 5]})): the flat vector is padded with 2 zeros to 1,734 = 3 x 578,
+so the last rank's slice ends in the padding. Measured with train_zero_one on 3 ranks: optimizer state 8 x 578
+= 4,624 bytes on every rank (Adam's two float32 moments), shards (0, 578), (578, 1156), (1156, 1734); each
+rank hands the reduce-scatter 4 x 1,734 = 6,936 bytes and the all-gather 4 x 578 = 2,312; the parameters equal
+DDP's within 1e-6. The padding costs 2 elements of state and of traffic, nothing in the result: the padded
+gradients are 0, and the padded parameters are never copied back."""),
+    (9, 6): (RUBRIC, """
+Measured on 2 ranks (tanh_mlp, Ψ = 1,732): after forward 3,464 bytes gathered in place, all bfloat16 (all the
+parameters, kept, at 2 bytes each: half of the 6,928 float32 bytes); 3 all-gathers a step (one per layer,
+none in backward), rank 0 handing in 1,732 bytes (its bfloat16 half of the parameters); the reduce-scatters
+6,928 bytes (every float32 gradient, reduced in float32). A good answer derives these before running: 4Ψ/2
+bytes held, L all-gathers of 2Ψ/N bytes, 4Ψ to reduce-scatter. Short of memory: keep the default
+reshard_after_forward=True (and use the bfloat16 policy); on a slow network: reshard_after_forward=False,
+which halves the all-gathers at the price of holding every parameter during the step, as Llama 3 did."""),
     (10, 1): (VALUE, """
 (p − 1)/(m + p − 1) = 3/11 ≈ 0.273 (check: lesson10.bubble(4, 8, 3 / 11)); with 16 micro-batches 3/19 ≈ 0.158.
 Under 10 % needs 3/(m + 3) < 0.1, so m > 27: 28 micro-batches (3/31 ≈ 0.097; 27 gives exactly 0.10)."""),

@@ -137,6 +137,7 @@ def test_lesson08_and_09_answers_pass_the_checks():
     assert lesson08.rank_and_size(answers.my_rank_and_size)
     assert lesson08.bucket_milliseconds("100 GbE", 64, values[8, 3])
     assert lesson09.zero_gigabytes(13e9, 16, 2, values[9, 1])
+    assert lesson09.zero_gigabytes(13e9, 16, 2, 61.75, "autocast")  # the second half of the answer's text
     assert all(lesson09.survives_float16(value, survives) for value, survives in values[9, 2].items())
     assert lesson09.hsdp_gigabytes(7.5e9, 8, values[9, 3], "autocast")
     assert lesson09.kept_with_checkpointing(12, 128, 512, values[9, 4])
