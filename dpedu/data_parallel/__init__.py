@@ -9,6 +9,7 @@
 - ``compression``: DDP communication hooks that send fewer bytes (lesson 04).
 - ``profile_trace``: torch DDP's all-reduces and backward ops as ``torch.profiler`` sees them (lesson 04).
 - ``ddp_settings``: what DDP's settings do and cost: unused parameters, gradient views, bucket size (lesson 04).
+- ``compiled_ddp``: torch.compile under DDP: the order that compiles, a graph per bucket (lesson 04).
 - ``sync_batchnorm``: BatchNorm over the global batch, written with all-reduce (lesson 07).
 - ``equivalence``: when N ranks equal one process with N times the batch, each condition breakable (lesson 07).
 """
