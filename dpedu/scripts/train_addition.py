@@ -12,13 +12,15 @@ What it uses, each for real: DistributedSampler with set_epoch; gradient accumul
 (--accumulate K: each rank runs K micro-batches of --global-batch / (ranks x K) examples per step); warmup +
 cosine learning rate per optimizer step of the global batch; clipping of the averaged gradient; float16
 autocast with a GradScaler on GPUs, float32 on CPUs (bfloat16 on request: --precision bfloat16); a progress
-bar and logs on rank 0 only (none when DPEDU_QUIET=1); the global training loss (all ranks' mean);
-atomic checkpoints holding everything a resumed run needs to continue bit for bit (shown on CPUs with gloo;
-unchecked on GPUs, whose kernels need not be deterministic), resumed only by the same run (the same settings,
-precision and device type); held-out exact-match accuracy evaluated on unpadded shards and summed, at the end
-and every --eval-every steps (dropout back on after each); with --noise-scale, every step's squared gradient
-norms, each rank's and the averaged one, read by a communication hook on DDP's all-reduce (the gradient noise
-scale), except on float16 steps GradScaler skipped (listed).
+bar and logs on rank 0 only (none when DPEDU_QUIET=1): the global training loss (all ranks' mean), tokens per
+second and MFU, the model's FLOPs (6 N + 12 L d T per token) over the ranks' peak (one rank's matmul peak,
+measured at the start by rank 0; dpedu.training_run.flops), also in the summary; atomic checkpoints holding
+everything a resumed run needs to continue bit for bit (shown on CPUs with gloo; unchecked on GPUs, whose
+kernels need not be deterministic), resumed only by the same run (the same settings, precision and device
+type); held-out exact-match accuracy evaluated on unpadded shards and summed, at the end and every
+--eval-every steps (dropout back on after each); with --noise-scale, every step's squared gradient norms, each
+rank's and the averaged one, read by a communication hook on DDP's all-reduce (the gradient noise scale),
+except on float16 steps GradScaler skipped (listed).
 Rank 0 prints a JSON summary as the last line of its output (and writes it to --summary).
 
 When every process on a machine can have a GPU of its own, each uses its own; otherwise all run on the
@@ -42,9 +44,10 @@ from dpedu.beyond.mixed_precision import BF16_ENV
 from dpedu.cluster.checkpoints import load_checkpoint, save_atomically
 from dpedu.runtime.gpus import one_gpu_per_local_rank
 from dpedu.training_run import replicas
-from dpedu.training_run.addition import VOCABULARY, addition_splits, sequence_length
+from dpedu.training_run.addition import VOCABULARY, Splits, addition_splits, sequence_length
 from dpedu.training_run.batches import epoch_batches, micro_batch_size, steps_per_epoch
 from dpedu.training_run.evaluation import distributed_exact_match
+from dpedu.training_run.flops import mfu, peak_flops, training_flops_per_token
 from dpedu.training_run.gpt import GPT
 from dpedu.training_run.gradient_norms import GradientNorms, recording_allreduce_hook
 from dpedu.training_run.schedule import learning_rate
@@ -145,139 +148,231 @@ def main() -> None:
 def train(args: argparse.Namespace, device: torch.device, precision: str, started: float) -> dict | None:
     """The whole run on this rank; rank 0 returns the summary, the other ranks None."""
     rank, world = dist.get_rank(), dist.get_world_size()
-    quiet = rank != 0 or os.environ.get("DPEDU_QUIET") == "1"
     micro = micro_batch_size(args.global_batch, world, args.accumulate)  # names --global-batch when not whole
     data = addition_splits(args.digits, train=args.train_examples, heldout=args.heldout_examples,
                            seed=args.data_seed)
     per_epoch = steps_per_epoch(len(data.train), args.global_batch)
+    length = sequence_length(args.digits) - 1  # the tokens the model reads: all but the last, only predicted
     torch.manual_seed(args.seed)  # the same initial model on every rank (DDP broadcasts rank 0's anyway)
-    model = GPT(len(VOCABULARY), sequence_length(args.digits) - 1, width=args.width, heads=args.heads,
-                layers=args.layers, dropout=args.dropout).to(device)
+    model = GPT(len(VOCABULARY), length, width=args.width, heads=args.heads, layers=args.layers,
+                dropout=args.dropout).to(device)
     torch.manual_seed(args.seed + 1 + rank)  # dropout: different draws on every rank
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=args.weight_decay)
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "float16")
-    # Precision and device are part of the run: float16 or not decides whether the checkpoint holds a GradScaler's
-    # state, and a CPU rank cannot continue a GPU's random streams.
-    settings = {name: getattr(args, name) for name in RUN_SETTINGS} | {"precision": precision, "device": device.type}
     sampler = DistributedSampler(data.train, num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
-
-    start, losses, evaluations = 0, [], []  # evaluations: (step, held-out exact match), --eval-every
-    if args.resume:
-        # On the CPU: torch.set_rng_state takes a CPU tensor; load_state_dict moves the rest to the model's device.
-        state = load_checkpoint(args.checkpoint, map_location="cpu")
-        if state is None:
-            raise SystemExit(f"--resume: there is no checkpoint at {args.checkpoint!r} to resume from")
-        # Before scaler.load_state_dict, whose own error would not say why. A checkpoint written before precision
-        # and device were recorded says "not recorded" for them: refused too, it may be float16's or bfloat16's.
-        if state["settings"] != settings:
-            changed = "; ".join(f"{name}: {state['settings'].get(name, 'not recorded')} in the checkpoint, {value} here"
-                                for name, value in settings.items() if state["settings"].get(name) != value)
-            raise SystemExit(f"--resume: the checkpoint is of another run (different {changed}): resume with its "
-                             "settings, or start afresh without --resume")
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scaler.load_state_dict(state["scaler"])
-        replicas.restore_random_states(state["random_states"])  # names the world size the checkpoint needs
-        start, losses, evaluations = state["step"], list(state["losses"]), list(state["evaluations"])
-        assert (state["epoch"], state["position"]) == divmod(start, per_epoch)
+    checkpoints = Checkpoints(args, precision, device, per_epoch, model, optimizer, scaler)
+    start, losses, evaluations = checkpoints.resume() if args.resume else (0, [], [])  # evaluations: (step, accuracy)
     dist.barrier()  # every rank has read the checkpoint before rank 0 may write the next one
     ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
-    norms, local_sq, global_sq = GradientNorms(), [], []  # --noise-scale: this rank's and the averaged |g|^2
-    skipped = []  # --noise-scale: the steps GradScaler skipped (float16 overflowed), left out of the record
-    if args.noise_scale:
-        ddp.register_comm_hook(norms, recording_allreduce_hook)  # DDP's own all-reduce, norms read on the way
+    record = StepRecord(ddp, scaler, losses, noise_scale=args.noise_scale)
+    flops_per_token = training_flops_per_token(model, length)  # 6 N + 12 L d T: Kaplan et al., PaLM
+    peak = shared_peak(device, precision)  # one rank's FLOP/s, measured; the run's MFU is against world x peak
+    tokens = args.global_batch * length  # per step
+    log = Log(args, start, tokens, flops_per_token, world * peak)
 
-    def save(step: int) -> None:
-        states = replicas.random_states()  # a collective: every rank calls it
-        if rank == 0:
-            epoch, position = divmod(step, per_epoch)  # a resumed run starts at this batch of this epoch
-            save_atomically({"step": step, "epoch": epoch, "position": position, "settings": settings,
-                             "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                             "scaler": scaler.state_dict(), "random_states": states, "losses": losses,
-                             "evaluations": evaluations}, args.checkpoint)
-        dist.barrier()  # no rank goes on before the checkpoint is on disk
-
-    def heldout_accuracy() -> float:  # every rank its unpadded shard; dropout back on after (evaluating)
-        correct, examples = distributed_exact_match(model, data.heldout, args.digits)
-        return correct / examples
-
-    bar = tqdm(total=args.steps, initial=start, desc=f"{world} rank(s)", disable=quiet, file=sys.stderr)
-    pending: list[torch.Tensor] = []  # this rank's losses since the last reduction
-    pending_sq: list[torch.Tensor] = []  # --noise-scale: this rank's squared gradient norms since then
-
-    def reduce_losses() -> None:
-        if pending:  # one all-reduce for many steps: the global batch's mean loss of each
-            losses.extend(replicas.global_mean(torch.stack(pending)).tolist())
-            pending.clear()
-        if pending_sq:  # the ranks' mean of |g_b|^2, step by step
-            local_sq.extend(replicas.global_mean(torch.stack(pending_sq)).tolist())
-            pending_sq.clear()
-
-    step, stop = start, args.stop_after_step if args.stop_after_step is not None and args.stop_after_step > start \
-        else args.steps
+    step, stop = start, last_step(args, start)
     training_started = time.perf_counter()
     while step < stop:
         epoch, position = divmod(step, per_epoch)
         for micro_batches in epoch_batches(data.train, sampler, epoch, micro_batch=micro,
                                            accumulate=args.accumulate, first_step=position,
                                            num_workers=args.num_workers):
+            lr = learning_rate(step, peak=args.lr, warmup=args.warmup, total=args.steps, final=args.final_lr)
             for group in optimizer.param_groups:
-                group["lr"] = learning_rate(step, peak=args.lr, warmup=args.warmup, total=args.steps,
-                                            final=args.final_lr)
-            norms.reset()
-            scale = scaler.get_scale() if args.noise_scale and scaler.is_enabled() else 1.0  # before step() updates it
-            pending.append(train_step(ddp, micro_batches, optimizer, scaler, digits=args.digits, clip=args.clip,
-                                      precision=precision))
-            if args.noise_scale:  # the hook saw scaled gradients: unscaled divides their norms by scale^2
-                unscaled = norms.unscaled(scale)
-                if unscaled is None:  # inf or nan: float16 overflowed and GradScaler skipped the step (every rank)
-                    skipped.append(step + 1)
-                else:
-                    pending_sq.append(unscaled[0])
-                    global_sq.append(unscaled[1])
+                group["lr"] = lr
+            record.start_step()
+            loss = train_step(ddp, micro_batches, optimizer, scaler, digits=args.digits, clip=args.clip,
+                              precision=precision)
             step += 1
-            bar.update()
+            record.end_step(step, loss)  # this rank's loss; with --noise-scale, the norms DDP's all-reduce passed
+            log.update()
             if step % args.log_every == 0 or step == stop:
-                reduce_losses()
-                lr = optimizer.param_groups[0]["lr"]
-                bar.set_postfix(loss=f"{losses[-1]:.3f}", lr=f"{lr:.1e}")
-                if not quiet:  # rank 0's log, on stdout, above the bar (on stderr)
-                    tqdm.write(f"step {step}/{args.steps}: global loss {losses[-1]:.4f}, lr {lr:.2e}", file=sys.stdout)
+                log.line(step, record.reduce()[-1], lr)  # one all-reduce: the global losses since the last line
             if args.eval_every and step % args.eval_every == 0 and step < args.steps:  # the last one comes below
-                evaluations.append((step, heldout_accuracy()))
-                if not quiet:
-                    tqdm.write(f"step {step}/{args.steps}: held-out exact match {evaluations[-1][1]:.3f}",
-                               file=sys.stdout)
+                evaluations.append((step, heldout_accuracy(model, data)))
+                log.evaluation(*evaluations[-1])
             if args.checkpoint_every and step % args.checkpoint_every == 0:
-                reduce_losses()
-                save(step)
+                checkpoints.save(step, record.reduce(), evaluations)
             if step == stop:
                 break
-    bar.close()
+    log.close()
     training_seconds = time.perf_counter() - training_started
     if stop < args.steps:  # --stop-after-step: as if killed here, after the checkpoints so far
         return {"stopped_after_step": stop, "checkpoint_step": stop - stop % args.checkpoint_every
                 if args.checkpoint_every else None} if rank == 0 else None
-    reduce_losses()
+    losses = record.reduce()
     if args.checkpoint:
-        save(step)
+        checkpoints.save(step, losses, evaluations)
     correct, examples = distributed_exact_match(model, data.heldout, args.digits)
     evaluations.append((args.steps, correct / examples))
     identical = replicas.replicas_identical(model)
     if rank != 0:
         return None
-    noise = {"noise_scale": {"per_rank_examples": micro * args.accumulate, "global_batch": args.global_batch,
-                             "local_sq": local_sq, "global_sq": global_sq,
-                             "skipped_steps": skipped}} if args.noise_scale else {}
-    return noise | {"world_size": world, "backend": dist.get_backend(), "device": device.type,
-            "precision": precision, "parameters": model.parameter_count(), "steps": args.steps,
-            "resumed_from_step": start, "global_batch": args.global_batch, "micro_batch": micro,
-            "accumulate": args.accumulate, "steps_per_epoch": per_epoch, "losses": losses,
-            "heldout_correct": correct, "heldout_examples": examples, "heldout_accuracy": correct / examples,
-            "heldout_curve": evaluations,
-            "checksum": replicas.parameter_checksum(model), "replicas_identical": identical,
-            "samples_per_second": (args.steps - start) * args.global_batch / training_seconds,
-            "training_seconds": training_seconds, "elapsed_seconds": time.perf_counter() - started}
+    tokens_per_second = (args.steps - start) * tokens / training_seconds
+    return record.noise_summary(micro * args.accumulate, args.global_batch) | {
+        "world_size": world, "backend": dist.get_backend(), "device": device.type, "precision": precision,
+        "parameters": model.parameter_count(), "steps": args.steps, "resumed_from_step": start,
+        "global_batch": args.global_batch, "micro_batch": micro, "accumulate": args.accumulate,
+        "steps_per_epoch": per_epoch, "losses": losses, "heldout_correct": correct, "heldout_examples": examples,
+        "heldout_accuracy": correct / examples, "heldout_curve": evaluations,
+        "checksum": replicas.parameter_checksum(model), "replicas_identical": identical,
+        "samples_per_second": (args.steps - start) * args.global_batch / training_seconds,
+        "tokens_per_second": tokens_per_second, "flops_per_token": flops_per_token, "peak_flops": peak,
+        "mfu": mfu(tokens_per_second, flops_per_token, world * peak),
+        "training_seconds": training_seconds, "elapsed_seconds": time.perf_counter() - started}
+
+
+# The instruments, out of the loop's way.
+
+def last_step(args: argparse.Namespace, start: int) -> int:
+    """The step the run stops after: --steps, or --stop-after-step (a test's hook: stop as if killed there)."""
+    if args.stop_after_step is not None and args.stop_after_step > start:
+        return args.stop_after_step
+    return args.steps
+
+
+def heldout_accuracy(model: torch.nn.Module, data: Splits) -> float:
+    """Held-out exact match, every rank on its unpadded shard, counts summed; dropout back on after (evaluating)."""
+    correct, examples = distributed_exact_match(model, data.heldout, data.digits)
+    return correct / examples
+
+
+def shared_peak(device: torch.device, precision: str) -> float:
+    """One rank's peak FLOP/s in the run's precision, measured by rank 0 while the others wait, then sent to all.
+
+    Measured alone, as one rank's device would compute with the others idle: ranks measuring at once on shared
+    cores would each measure their share, and an MFU against it would hide what sharing the cores costs. Every
+    rank gets the same number, so every rank computes the same MFU (on GPUs: alike GPUs assumed)."""
+    peak = torch.zeros((), dtype=torch.float64)  # on the CPU: gloo sends it, also beside nccl
+    if dist.get_rank() == 0:
+        peak.fill_(peak_flops(device, getattr(torch, precision)))
+    dist.broadcast(peak, src=0)
+    return peak.item()
+
+
+class StepRecord:
+    """What every step leaves: this rank's loss, and with --noise-scale the squared gradient norms, this rank's
+    and the averaged one, read by a communication hook on DDP's own all-reduce (the gradient noise scale),
+    except on float16 steps GradScaler skipped (listed). Each rank keeps its numbers until ``reduce``: one
+    all-reduce for many steps turns them into the ranks' means (the global batch's loss)."""
+
+    def __init__(self, ddp: DDP, scaler: torch.amp.GradScaler, losses: list[float], *, noise_scale: bool) -> None:
+        self.scaler, self.noise_scale, self.scale = scaler, noise_scale, 1.0
+        self.losses, self.pending = losses, []  # the global losses so far; this rank's since the last reduce
+        self.norms, self.local_sq, self.pending_sq, self.global_sq, self.skipped = GradientNorms(), [], [], [], []
+        if noise_scale:
+            ddp.register_comm_hook(self.norms, recording_allreduce_hook)  # DDP's all-reduce, norms read on the way
+
+    def start_step(self) -> None:
+        self.norms.reset()
+        self.scale = self.scaler.get_scale() if self.noise_scale and self.scaler.is_enabled() else 1.0  # before step()
+
+    def end_step(self, step: int, loss: torch.Tensor) -> None:
+        self.pending.append(loss)
+        if self.noise_scale:  # the hook saw scaled gradients: unscaled divides their norms by scale^2
+            unscaled = self.norms.unscaled(self.scale)
+            if unscaled is None:  # inf or nan: float16 overflowed and GradScaler skipped the step (every rank)
+                self.skipped.append(step)
+            else:
+                self.pending_sq.append(unscaled[0])
+                self.global_sq.append(unscaled[1])
+
+    def reduce(self) -> list[float]:
+        """Every rank calls it (a collective); returns the global losses of every step so far."""
+        for pending, reduced in ((self.pending, self.losses), (self.pending_sq, self.local_sq)):
+            if pending:  # the ranks' mean of each step's loss, and of each step's |g_b|^2
+                reduced.extend(replicas.global_mean(torch.stack(pending)).tolist())
+                pending.clear()
+        return self.losses
+
+    def noise_summary(self, per_rank_examples: int, global_batch: int) -> dict:
+        if not self.noise_scale:
+            return {}
+        return {"noise_scale": {"per_rank_examples": per_rank_examples, "global_batch": global_batch,
+                                "local_sq": self.local_sq, "global_sq": self.global_sq,
+                                "skipped_steps": self.skipped}}
+
+
+class Checkpoints:
+    """--checkpoint: everything a resumed run needs to continue bit for bit, written atomically by rank 0."""
+
+    def __init__(self, args: argparse.Namespace, precision: str, device: torch.device, per_epoch: int,
+                 model: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler) -> None:
+        self.path, self.per_epoch, self.model, self.optimizer, self.scaler = \
+            args.checkpoint, per_epoch, model, optimizer, scaler
+        # Precision and device are part of the run: float16 or not decides whether the checkpoint holds a
+        # GradScaler's state, and a CPU rank cannot continue a GPU's random streams.
+        self.settings = {name: getattr(args, name) for name in RUN_SETTINGS} | {"precision": precision,
+                                                                                "device": device.type}
+
+    def resume(self) -> tuple[int, list[float], list[tuple[int, float]]]:
+        """Model, optimizer, scaler and this rank's random state restored; returns the step the checkpoint's run
+        had reached, its global losses and its held-out evaluations."""
+        # On the CPU: torch.set_rng_state takes a CPU tensor; load_state_dict moves the rest to the model's device.
+        state = load_checkpoint(self.path, map_location="cpu")
+        if state is None:
+            raise SystemExit(f"--resume: there is no checkpoint at {self.path!r} to resume from")
+        # Before scaler.load_state_dict, whose own error would not say why. A checkpoint written before precision
+        # and device were recorded says "not recorded" for them: refused too, it may be float16's or bfloat16's.
+        if state["settings"] != self.settings:
+            changed = "; ".join(f"{name}: {state['settings'].get(name, 'not recorded')} in the checkpoint, {value} here"
+                                for name, value in self.settings.items() if state["settings"].get(name) != value)
+            raise SystemExit(f"--resume: the checkpoint is of another run (different {changed}): resume with its "
+                             "settings, or start afresh without --resume")
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scaler.load_state_dict(state["scaler"])
+        replicas.restore_random_states(state["random_states"])  # names the world size the checkpoint needs
+        assert (state["epoch"], state["position"]) == divmod(state["step"], self.per_epoch)
+        return state["step"], list(state["losses"]), list(state["evaluations"])
+
+    def save(self, step: int, losses: list[float], evaluations: list[tuple[int, float]]) -> None:
+        """Every rank calls it (a collective); returns when the checkpoint is on disk."""
+        states = replicas.random_states()
+        if dist.get_rank() == 0:
+            epoch, position = divmod(step, self.per_epoch)  # a resumed run starts at this batch of this epoch
+            save_atomically({"step": step, "epoch": epoch, "position": position, "settings": self.settings,
+                             "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                             "scaler": self.scaler.state_dict(), "random_states": states, "losses": losses,
+                             "evaluations": evaluations}, self.path)
+        dist.barrier()  # no rank goes on before the checkpoint is on disk
+
+
+class Log:
+    """Rank 0's progress bar (stderr) and log lines (stdout, above the bar), none with DPEDU_QUIET=1. Every
+    --log-every steps: the global loss, the learning rate, and since the last line tokens per second and MFU,
+    as nanoGPT and picotron print them (rank 0's clock, evaluations and checkpoints included: a step ends with
+    the all-reduce, so the ranks keep pace); every --eval-every steps, held-out exact match."""
+
+    def __init__(self, args: argparse.Namespace, start: int, tokens_per_step: int, flops_per_token: int,
+                 peak: float) -> None:
+        self.quiet = dist.get_rank() != 0 or os.environ.get("DPEDU_QUIET") == "1"
+        self.steps, self.tokens_per_step, self.flops_per_token, self.peak = \
+            args.steps, tokens_per_step, flops_per_token, peak
+        self.bar = tqdm(total=args.steps, initial=start, desc=f"{dist.get_world_size()} rank(s)", disable=self.quiet,
+                        file=sys.stderr)
+        self.since = (start, time.perf_counter())
+
+    def update(self) -> None:
+        self.bar.update()
+
+    def line(self, step: int, loss: float, lr: float) -> None:
+        (then, started), now = self.since, time.perf_counter()
+        self.since = (step, now)
+        tokens_per_second = (step - then) * self.tokens_per_step / (now - started)
+        self.bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.1e}")
+        self.write(f"step {step}/{self.steps}: global loss {loss:.4f}, lr {lr:.2e}, {tokens_per_second:,.0f} tokens/s, "
+                   f"MFU {mfu(tokens_per_second, self.flops_per_token, self.peak):.1%}")
+
+    def evaluation(self, step: int, accuracy: float) -> None:
+        self.write(f"step {step}/{self.steps}: held-out exact match {accuracy:.3f}")
+
+    def write(self, line: str) -> None:
+        if not self.quiet:  # on stdout, above the bar (on stderr)
+            tqdm.write(line, file=sys.stdout)
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Lesson 11: a real training run, end to end: a small GPT learns multi-digit addition on N ranks.
 
-Modules (the first eight used by ``dpedu.scripts.train_addition``, the torchrun script the lesson runs):
+Modules (the first nine used by ``dpedu.scripts.train_addition``, the torchrun script the lesson runs):
 - ``addition``: the data, generated from a seed: ``"12+39=150"`` (the sum written least significant digit
   first), disjoint training and held-out sets.
 - ``gpt``: a small GPT-style transformer (causal ``scaled_dot_product_attention``).
@@ -12,6 +12,8 @@ Modules (the first eight used by ``dpedu.scripts.train_addition``, the torchrun 
 - ``replicas``: the global loss, parameter checksums, every rank's random state for checkpoints.
 - ``gradient_norms``: a communication hook recording each rank's and the averaged squared gradient norm, for the
   gradient noise scale measured inside DDP (``--noise-scale``).
+- ``flops``: training FLOPs per token (6 N + 12 L d T) against ``FlopCounterMode``'s count, this machine's
+  measured matmul peak, and MFU (the script's log and summary).
 - ``data_loading``: ranks split the data, ``DataLoader`` workers split a rank's loading; an ``IterableDataset``
   sharded by rank x worker (lesson 11, not the script).
 - ``throughput``: the script's step timed on 1, 2, 4 ranks, oversubscription, compute of controlled duration with

@@ -1,11 +1,13 @@
-"""dpedu.scripts.train_addition under torchrun: 1 and 2 ranks at the same global batch are the same run (to
-float rounding); stopped mid-epoch and resumed, a run ends bit-identical to an uninterrupted one; bad
-arguments fail fast, saying which argument is wrong. Its ``train`` in launched ranks, with float16's GradScaler
-faked on CPU: the noise-scale record leaves out the steps the scaler skipped and holds unscaled norms; a
-checkpoint of another precision or device is refused with the script's message."""
+"""dpedu.scripts.train_addition under torchrun: 1 and 2 ranks at the same global batch are the same run (to float
+rounding), and their summaries' MFU is tokens/s x FLOPs per token over the ranks' measured peak; stopped
+mid-epoch and resumed, a run ends bit-identical to an uninterrupted one; bad arguments fail fast, saying which
+argument is wrong; rank 0 alone logs loss, tokens/s and MFU, unless DPEDU_QUIET=1. Its ``train`` in launched
+ranks, with float16's GradScaler faked on CPU: the noise-scale record leaves out the steps the scaler skipped and
+holds unscaled norms; a checkpoint of another precision or device is refused with the script's message."""
 
 import json
 import math
+import re
 import shutil
 import sys
 import time
@@ -53,6 +55,12 @@ def test_one_and_two_ranks_at_the_same_global_batch_are_the_same_run():
     assert max(abs(a - b) for a, b in zip(one["losses"][:50], two["losses"][:50], strict=True)) < 1e-5
     assert abs(one["checksum"] - two["checksum"]) < 1e-2
     assert one["losses"][-1] < 0.8 * one["losses"][0]  # it learns (the full default run reaches ~100 %)
+    for run in (one, two):  # MFU: the model's FLOPs (6 N + 12 L d T per token) over the ranks' measured peak
+        assert run["flops_per_token"] == 617_472 and run["peak_flops"] > 0
+        assert run["tokens_per_second"] == pytest.approx(8 * run["samples_per_second"])  # "12+39=15" read, "0" not
+        assert run["mfu"] == pytest.approx(run["tokens_per_second"] * run["flops_per_token"]
+                                           / (run["world_size"] * run["peak_flops"]))
+        assert 0 < run["mfu"] < 1
     noise = two["noise_scale"]
     assert (noise["per_rank_examples"], noise["global_batch"], len(noise["local_sq"]), len(noise["global_sq"])) \
         == (32, 64, 150, 150) and "noise_scale" not in one
@@ -205,3 +213,14 @@ def test_a_checkpoint_of_another_precision_or_device_is_refused_with_the_scripts
     torch.save(state, checkpoint)
     assert ("(different precision: not recorded in the checkpoint, float32 here; device: not recorded in the "
             "checkpoint, cpu here): resume with its settings, or start afresh without --resume") in refusal()
+
+
+def test_rank_0_logs_the_global_loss_tokens_per_second_and_mfu_unless_quiet():
+    command = torchrun(2, *TINY, "--log-every", "8", "--eval-every", "8")
+    (logged,), (quiet,) = (run_together([command], timeout=60, env={**ENV, "DPEDU_QUIET": value})
+                           for value in ("0", "1"))
+    lines = logged.stdout.splitlines()[:-1]  # the summary last
+    assert [line.split(":")[0] for line in lines] == ["step 8/16", "step 8/16", "step 16/16"]  # rank 0's only
+    assert re.fullmatch(r"step 8/16: global loss \d\.\d{4}, lr \d\.\d\de-\d\d, [\d,]+ tokens/s, MFU \d+\.\d%", lines[0])
+    assert re.fullmatch(r"step 8/16: held-out exact match \d\.\d{3}", lines[1])
+    assert len(quiet.stdout.splitlines()) == 1 and summary(quiet)["losses"] == summary(logged)["losses"]
