@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import statistics
 import time
+import warnings
 
 import torch
 import torch._dynamo
@@ -45,11 +46,13 @@ def _as_traced(graph: torch.fx.GraphModule):
 
 
 def _fresh_dynamo(optimize_ddp: bool) -> None:
-    """Compile afresh in this rank, under this setting. Dynamo's one warning here, that it ignores the
-    ``record_function`` inside DDP's forward, goes unprinted: it would stamp each rank's output with a time."""
+    """Compile afresh in this rank, under this setting. Two of Dynamo's messages go unprinted, since they
+    say nothing about DDP and change with the machine: that it ignores the ``record_function`` inside
+    DDP's forward (a log line stamped with the time) and, on Python 3.13.0, that its guards run slower there."""
     torch._dynamo.reset()
     torch._dynamo.config.optimize_ddp = optimize_ddp
     torch._logging.set_logs(dynamo=logging.ERROR)
+    warnings.filterwarnings("ignore", message="Guards may run slower", category=RuntimeWarning)
 
 
 def layers(seed: int = 0) -> nn.Sequential:
