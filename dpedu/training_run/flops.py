@@ -52,8 +52,8 @@ def training_flops_per_token(model: nn.Module, sequence: int) -> int:
 def counted_flops_per_token(model: nn.Module, tokens: torch.Tensor) -> float:
     """FLOPs per token of one forward and backward of ``model`` on ``tokens`` (batch, length), as
     ``FlopCounterMode`` counts them; the gradients it leaves are cleared. Attention runs in the math kernel
-    (plain matmuls, the same result): the counter knows no formula for the fused CPU kernel and would leave
-    attention out on a CPU."""
+    (plain matmuls, the same result): the fused CPU kernel's count depends on torch (2.13's counter leaves it
+    out; 2.15's counts its backward computing the scores again)."""
     tensor("tokens", tokens, dim=2)
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
         model(tokens).sum().backward()  # which loss does not change a matmul's FLOPs

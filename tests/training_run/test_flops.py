@@ -59,9 +59,10 @@ def test_counted_in_the_math_kernel_attention_is_whole_which_the_fused_cpu_kerne
     attention = 12 * 2 * 64 * 8  # per token: 12 L d T
     matmuls = 6 * (non_embedding_parameters(model) - bias_and_norm_parameters(model))
     assert counted_flops_per_token(model, tokens) == matmuls + attention
-    # The fused CPU kernel has no flop formula in torch 2.13: the counter leaves attention out (its GPU kernels
-    # have one); a torch that gains one counts it, and the math kernel's count stays the one to compare with
-    assert counter.get_total_flops() / tokens.numel() in (matmuls, matmuls + attention)
+    # The fused CPU kernel's count depends on torch: 2.13's counter has no formula for it and leaves attention
+    # out; 2.15's counts the fused kernel's backward, which computes the scores again (5 matmuls instead of 4,
+    # so 7/6 of the math kernel's attention). The math kernel's count stays the one to compare with.
+    assert counter.get_total_flops() / tokens.numel() in (matmuls, matmuls + attention, matmuls + attention * 7 // 6)
 
 
 def test_mfu_is_achieved_model_flops_over_the_peak_and_the_peak_is_measured():
