@@ -38,6 +38,12 @@ LESSONS: tuple[Lesson, ...] = (
 )
 
 
+def course_notebooks(folder: str | Path = NOTEBOOKS) -> tuple[list[Path], list[Path]]:
+    """The lessons' notebooks in ``folder`` in order (00, 01, ...), and the appendix's."""
+    folder = Path(folder)
+    return sorted(folder.glob("[0-9][0-9]_*.ipynb")), sorted(folder.glob("appendix_*.ipynb"))
+
+
 PER_ROW = 6  # lessons per row of the course map
 PROSE_WORDS_PER_MINUTE = 100  # careful reading of technical prose with formulas, not skimming
 CODE_LINES_PER_MINUTE = 12  # reading a cell, running it and reading what it prints
@@ -107,5 +113,5 @@ def _wrap(title: str, width: int = 22) -> str:
 
 
 if __name__ == "__main__":  # the README's study times: python -m dpedu.notebook.course
-    for notebook in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
+    for notebook in course_notebooks()[0]:
         print(f"{notebook.stem}: {study_minutes(notebook)} min")

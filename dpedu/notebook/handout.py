@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from dpedu.notebook.course import NOTEBOOKS, study_minutes
+from dpedu.notebook.course import NOTEBOOKS, course_notebooks, study_minutes
 from dpedu.notebook.opened_alone import source
 
 REMEMBER = "## What to remember"
@@ -60,8 +60,7 @@ def handout_html(notebooks: str | Path = NOTEBOOKS) -> str:
     from nbconvert.filters.markdown_mistune import markdown2html_mistune  # JupyterLab's nbconvert
 
     folder = Path(notebooks)
-    lessons = sorted(folder.glob("[0-9][0-9]_*.ipynb"))
-    appendix = sorted(folder.glob("appendix_*.ipynb"))
+    lessons, appendix = course_notebooks(folder)
     if not lessons or len(appendix) != 1:
         raise ValueError(f"notebooks must be the course's notebooks folder (lessons 00, 01, ... and one appendix), "
                          f"got {folder} with {len(lessons)} lessons and {len(appendix)} appendices")

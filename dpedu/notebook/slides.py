@@ -27,7 +27,7 @@ import re
 import sys
 from pathlib import Path
 
-from dpedu.notebook.course import NOTEBOOKS, study_minutes
+from dpedu.notebook.course import NOTEBOOKS, course_notebooks, study_minutes
 from dpedu.notebook.opened_alone import FIRST_CELL, source
 
 HEADING = re.compile(r"^(#{1,3})\s+(\S.*?)\s*#*\s*$")  # a new slide: '#', '##' or '###' (not '####')
@@ -155,7 +155,7 @@ def lesson_notebook(lesson: str | int | Path, notebooks: str | Path = NOTEBOOKS)
         return path
     found = sorted(folder.glob(pattern))
     if len(found) != 1:
-        have = ", ".join(p.name[:2] for p in sorted(folder.glob("[0-9][0-9]_*.ipynb"))) or "none"
+        have = ", ".join(p.name[:2] for p in course_notebooks(folder)[0]) or "none"
         raise ValueError(f"lesson must be one of the lessons in {folder} ({have}) or 'appendix', got {lesson!r}")
     return found[0]
 
@@ -309,7 +309,7 @@ def write_all(folder: str | Path = "slides", notebooks: str | Path = NOTEBOOKS) 
     """A deck per lesson and one for the appendix in ``folder`` (slides-00.html, ...), and an index.html
     that links them; the paths of the decks."""
     source_folder = Path(notebooks)
-    lessons = [*sorted(source_folder.glob("[0-9][0-9]_*.ipynb")), *sorted(source_folder.glob("appendix_*.ipynb"))]
+    lessons = [notebook for kind in course_notebooks(source_folder) for notebook in kind]
     if not lessons:
         raise ValueError(f"notebooks must be the course's notebooks folder (lessons 00, 01, ...), got {source_folder}")
     target = Path(folder)
