@@ -31,7 +31,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy
 from torch.distributed.tensor import DTensor
 
 from dpedu._validate import real, whole
-from dpedu.beyond.zero_memory import _batch, shard_layers, tanh_mlp  # _batch: the batches zero_memory.train uses
+from dpedu.beyond.zero_memory import batch, shard_layers, tanh_mlp  # batch: the batches zero_memory.train uses
 from dpedu.runtime.traffic import bytes_sent
 
 __all__ = ["traced_step", "gathered_bytes", "BFLOAT16_COMPUTE"]
@@ -85,7 +85,7 @@ def traced_step(*, steps: int, lr: float = 1e-2, reshard_after_forward: bool = T
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     for step in range(steps):  # the first step also sets FSDP2 up: trace the last
         timeline.clear()
-        x, y = _batch(dist.get_rank(), step)
+        x, y = batch(dist.get_rank(), step)
         optimizer.zero_grad()
         with bytes_sent() as traced["sent"]:
             loss = nn.functional.mse_loss(model(x), y)

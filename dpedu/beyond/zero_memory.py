@@ -40,7 +40,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from dpedu._validate import real, whole
 from dpedu.runtime.traffic import bytes_sent
 
-__all__ = ["model_state_bytes", "held_bytes", "tanh_mlp", "train", "shard_layers", "KINDS", "PRECISIONS"]
+__all__ = ["model_state_bytes", "held_bytes", "tanh_mlp", "batch", "train", "shard_layers", "KINDS", "PRECISIONS"]
 
 KINDS = ("ddp", "zero1", "fsdp")
 # bytes per parameter of weights, gradients and optimizer state (Adam: fp32 master copy if any, 2 moments)
@@ -93,7 +93,9 @@ def tanh_mlp(seed: int = 0) -> nn.Sequential:
     return nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 4))
 
 
-def _batch(rank: int, step: int, size: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+def batch(rank: int, step: int, size: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rank ``rank``'s inputs and targets at ``step``: the same on any number of ranks (``train`` and lesson 09's
+    other trainings use them, so that their parameters compare)."""
     generator = torch.Generator().manual_seed(1000 * step + rank)
     return torch.randn(size, 16, generator=generator), torch.randn(size, 4, generator=generator)
 
@@ -136,7 +138,7 @@ def train(kind: str, *, steps: int, lr: float = 1e-2, device: str | torch.device
             optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=lr)
             owned = [tuple(p.shape) for group in optimizer.optim.param_groups for p in group["params"]]
     for step in range(steps):
-        x, y = (t.to(device) for t in _batch(dist.get_rank(), step))
+        x, y = (t.to(device) for t in batch(dist.get_rank(), step))
         optimizer.zero_grad()
         buckets.clear()  # DDP rebuilds its buckets after the first step: count the last step's
         with bytes_sent() as sent:

@@ -28,7 +28,7 @@ import torch.distributed as dist
 from torch import nn
 
 from dpedu._validate import real, whole
-from dpedu.beyond.zero_memory import _batch, tanh_mlp  # _batch: the very batches zero_memory.train uses
+from dpedu.beyond.zero_memory import batch, tanh_mlp  # batch: the very batches zero_memory.train uses
 from dpedu.runtime.traffic import bytes_sent
 
 __all__ = ["Zero1Optimizer", "train_zero_one"]
@@ -130,7 +130,7 @@ def train_zero_one(*, steps: int, lr: float = 1e-2) -> dict:
     model = tanh_mlp()
     optimizer = Zero1Optimizer(model.parameters(), torch.optim.Adam, lr=lr)
     for step in range(steps):
-        x, y = _batch(dist.get_rank(), step)
+        x, y = batch(dist.get_rank(), step)
         optimizer.zero_grad()
         with bytes_sent() as sent:
             nn.functional.mse_loss(model(x), y).backward()
