@@ -74,41 +74,48 @@ def step(model: nn.Module, blocks: Blocks, x: torch.Tensor, y: torch.Tensor) -> 
     """One forward and backward of ``model`` (``blocks`` itself, or DDP around it) on ``x``, ``y``.
     Returns the bytes autograd kept from forward to backward for the blocks (the loss's own saved
     tensors and the parameters left out), the matrix products run in forward and in backward, and the
-    seconds of forward and of backward (the count's own overhead included, well under a millisecond here)."""
+    seconds of forward and of backward, by the wall clock and in this thread's CPU time, which a busy
+    machine does not inflate: time spent waiting for the CPU, or for the other ranks, is not in it (the
+    count's own overhead is in both, well under a millisecond here)."""
     if not isinstance(blocks, Blocks):
         raise TypeError(f"blocks must be a Blocks, got {type(blocks).__name__}")
     tensor("x", x, dim=2)
     tensor("y", y, dim=2)
     kept: dict[int, int] = {}
     params = {p.untyped_storage().data_ptr() for p in blocks.parameters()}
-    start = time.perf_counter()
+    wall, cpu = time.perf_counter(), time.thread_time()
     with saved_storages(lambda t: kept, left_out=params), CountMatmuls() as forward:
         out = model(x)
-    forward_s = time.perf_counter() - start
+    forward_s, forward_cpu_s = time.perf_counter() - wall, time.thread_time() - cpu
     loss = F.mse_loss(out, y)  # outside the count: the same whether the blocks recompute or not
-    start = time.perf_counter()
+    wall, cpu = time.perf_counter(), time.thread_time()
     with CountMatmuls() as backward:
         loss.backward()
     return {"kept_bytes": sum(kept.values()), "forward_matmuls": forward.count, "backward_matmuls": backward.count,
-            "forward_s": forward_s, "backward_s": time.perf_counter() - start}
+            "forward_s": forward_s, "backward_s": time.perf_counter() - wall,
+            "forward_cpu_s": forward_cpu_s, "backward_cpu_s": time.thread_time() - cpu}
 
 
-def train_ddp(recompute: bool, *, steps: int = 6, width: int = 64, depth: int = 4, batch: int = 256,
-              lr: float = 0.05) -> dict:
-    """Inside ranks: DDP around ``Blocks(width, depth, recompute=recompute)``, SGD for ``steps`` steps,
-    each rank on its own batch. Returns the first step's gradients (rank 0's replica), the trained
-    parameters, and every step's measurements (``step``)."""
+def train_ddp(*, steps: int = 6, width: int = 64, depth: int = 4, batch: int = 256, lr: float = 0.05) -> dict:
+    """Inside ranks: DDP around ``Blocks(width, depth)`` twice, without and with recomputation (the same
+    initial parameters), SGD for ``steps`` steps each, each rank on its own batch. The two models take
+    their steps in turn, first one then the other first, so that a busy spell on the machine slows both
+    alike and their times compare step by step. Returns, keyed by ``recompute`` (False, True), the first
+    step's gradients (rank 0's replica), the trained parameters, and every step's measurements (``step``)."""
     whole("steps", steps)
     whole("batch", batch)
-    blocks = Blocks(width, depth, recompute=recompute)
-    model = DDP(blocks)
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    blocks = {r: Blocks(width, depth, recompute=r) for r in (False, True)}
+    models = {r: DDP(b) for r, b in blocks.items()}
+    optimizers = {r: torch.optim.SGD(m.parameters(), lr=lr) for r, m in models.items()}
     generator = torch.Generator().manual_seed(dist.get_rank())
     x, y = torch.randn(batch, width, generator=generator), torch.randn(batch, width, generator=generator)
-    measured, grads = [], None
-    for _ in range(steps):
-        optimizer.zero_grad()
-        measured.append(step(model, blocks, x, y))
-        grads = grads or [p.grad.clone() for p in blocks.parameters()]
-        optimizer.step()
-    return {"grads": grads, "params": [p.detach().clone() for p in blocks.parameters()], "steps": measured}
+    measured, first_grads = {False: [], True: []}, {}
+    for i in range(steps):
+        for r in (False, True) if i % 2 == 0 else (True, False):
+            optimizers[r].zero_grad()
+            measured[r].append(step(models[r], blocks[r], x, y))
+            if r not in first_grads:
+                first_grads[r] = [p.grad.clone() for p in blocks[r].parameters()]
+            optimizers[r].step()
+    return {r: {"grads": first_grads[r], "params": [p.detach().clone() for p in blocks[r].parameters()],
+                "steps": measured[r]} for r in (False, True)}

@@ -31,7 +31,7 @@ def test_checkpointing_keeps_only_each_blocks_input_recomputes_what_backward_nee
 
 
 def test_under_ddp_replicas_stay_identical_and_the_gradients_equal_those_without():
-    ranks = launch(lambda: {r: rc.train_ddp(r, steps=2, width=8, batch=4) for r in (False, True)}, 2)
+    ranks = launch(lambda: rc.train_ddp(steps=2, width=8, batch=4), 2)
     for a, b in zip(ranks[0][True]["params"], ranks[1][True]["params"], strict=True):
         assert torch.equal(a, b)
     for a, b in zip(ranks[0][True]["grads"], ranks[0][False]["grads"], strict=True):
@@ -47,7 +47,7 @@ def test_under_ddp_replicas_stay_identical_and_the_gradients_equal_those_without
      TypeError, "blocks"),
     (lambda: rc.step(rc.Blocks(2, 1, recompute=False), rc.Blocks(2, 1, recompute=False), torch.ones(2),
                      torch.ones(1, 2)), ValueError, "x"),
-    (lambda: rc.train_ddp(True, steps=0), ValueError, "steps"),
+    (lambda: rc.train_ddp(steps=0), ValueError, "steps"),
 ])
 def test_bad_arguments_are_refused_by_name(call, error, name):
     with pytest.raises(error, match=name):
