@@ -47,6 +47,7 @@ VALUES: dict[tuple[int, int], object] = {
     (7, 3): 20,
     (8, 1): 19,
     (8, 3): 4.13,
+    (8, 6): {1: 17, 2: 17, 4: 18},
     (9, 1): 37.375,
     (9, 2): {3e-8: True, 2e-8: False},
     (9, 3): 15.0,
@@ -378,6 +379,15 @@ by peer" or "Connection closed by peer" (which one varies from run to run). Not 
 ended, its process group and sockets closed, and gloo on rank 0 saw the connection drop at once instead of
 waiting. A good answer notes that an early exit (or crash) of one rank shows up on the others as a
 connection error that names no cause: look at the rank that is gone (lesson 08, part 6)."""),
+    (8, 6): (VALUE + " + rubric", f"""
+A global batch of 80 gives epochs of {VALUES[8, 6][1]} steps on 1 worker, {VALUES[8, 6][2]} on 2 and
+{VALUES[8, 6][4]} on 4 (check: lesson08.steps_per_epoch(80, 4, 18)). Of 1438 examples, one worker reads
+1438 // 80 = 17 full batches; on 2 workers each gets 719 and reads 719 // 40 = 17; on 4, DistributedSampler
+pads 1438 to 1440 so that every worker gets 360, and 360 // 20 = 18: the padding completes an 18th batch. A
+job on 4 workers that loses 2 would read other examples at step k after the resize, and part 7's script
+refuses its checkpoint. With 64 all three have 22 steps: a good answer says to choose the global batch so that
+every world size the job may have gives the same epochs (or to count the position in the data in examples, not
+steps). Between 1 and 2 workers 80 is fine: 1438 is even, so 2 workers need no padding."""),
     (9, 1): (VALUE, f"""
 ZeRO-2 keeps the fp16 parameters whole (2Ψ) and shards gradients and optimizer state (14Ψ/N):
 2 · 13e9 + 14 · 13e9/16 bytes = 26 + 11.375 = {VALUES[9, 1]} GB

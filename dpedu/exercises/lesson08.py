@@ -1,4 +1,5 @@
-"""Checks for lesson 08's exercises: torchrun's numbering, launcher variables, and what a link costs."""
+"""Checks for lesson 08's exercises: torchrun's numbering, launcher variables, what a link costs, and
+the epochs of an elastic run."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Callable
 from dpedu._validate import whole
 from dpedu.cluster.rank_variables import torch_variables
 from dpedu.data_parallel.cost_model import LINK_BANDWIDTH, ring_time
+from dpedu.data_parallel.digits_ddp import digits_loader
 from dpedu.exercises import close, verdict
 
 
@@ -58,3 +60,16 @@ def bucket_milliseconds(link: str, world_size: int, answer: float) -> bool:
     truth = ring_time(25 * 2**20, 0.0, 1 / LINK_BANDWIDTH[link], world_size) * 1e3
     return verdict(close(answer, truth, 0.02), "each rank sends 2(p - 1)/p of the bucket (25 MiB = 25 · 2**20 "
                                               "bytes), at the link's bandwidth in bytes per second; in ms")
+
+
+def steps_per_epoch(global_batch_size: int, workers: int, answer: int) -> bool:
+    """How many steps of ``global_batch_size`` examples does an epoch of the digits training set have on
+    ``workers`` workers, each taking an equal share, as part 7's script reads it (``DistributedSampler``,
+    then full batches only)?"""
+    whole("global_batch_size", global_batch_size)
+    whole("workers", workers)
+    if global_batch_size % workers:
+        raise ValueError(f"global_batch_size {global_batch_size} must divide among workers={workers}")
+    truth = len(digits_loader(global_batch_size // workers, num_replicas=workers, rank=0))
+    return verdict(answer == truth, "each worker gets ceil(1438 / workers) examples (DistributedSampler pads the "
+                                    "last ones), in full batches of global_batch_size / workers")

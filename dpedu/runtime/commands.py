@@ -30,33 +30,60 @@ class Finished:
 
 
 def run_together(commands: Sequence[Sequence[str]], *, timeout: float, cwd: str | None = None,
-                 env: dict[str, str] | None = None) -> list[Finished]:
+                 env: dict[str, str] | None = None,
+                 start_when: Sequence[str | None] | None = None) -> list[Finished]:
     """Start every command at once and wait for all; return what each printed, in order.
 
+    ``start_when`` holds the commands back: command i starts once the text ``start_when[i]`` has
+    appeared in what the commands before it printed (``None``: at once, as without it), so that a cell
+    can start a second torchrun agent after the first one has reached a given step (lesson 08).
     Each command runs in its own session, so stopping it also stops the processes it started.
-    If any is still running after ``timeout`` seconds, or on Ctrl-C or any error here, all of
-    them are stopped and reaped before the exception propagates (``TimeoutError`` names them); a
-    second Ctrl-C during that clean-up is raised after it.
+    If any is still running, or not yet started, after ``timeout`` seconds, or on Ctrl-C or any error
+    here, all of them are stopped and reaped before the exception propagates (``TimeoutError`` names
+    them); a second Ctrl-C during that clean-up is raised after it.
     """
     if not commands or any(isinstance(c, str) or not c for c in commands):
         raise ValueError("commands must be a non-empty list of argument lists, e.g. [['torchrun', 'x.py']]")
     real("timeout", timeout, above=0)
+    start_when = [None] * len(commands) if start_when is None else list(start_when)
+    if len(start_when) != len(commands) or any(t is not None and (not isinstance(t, str) or not t)
+                                               for t in start_when):
+        raise ValueError(f"start_when must hold, for each of the {len(commands)} commands, a text to wait for "
+                         f"or None, got {start_when!r}")
     environment = {**os.environ, **(env or {})}
     processes: list[subprocess.Popen] = []
 
     def running() -> list[str]:
-        return [" ".join(c) for c, p in zip(commands, processes, strict=True) if not has_exited(p)]
+        return [" ".join(c) for c, p in zip(commands[:len(processes)], processes, strict=True) if not has_exited(p)]
 
     with tempfile.TemporaryDirectory(prefix="dpedu-run-") as logs, ExitStack() as files:
         outputs = [tuple(files.enter_context(open(os.path.join(logs, f"{i}.{stream}"), "w+"))
                          for stream in ("out", "err")) for i in range(len(commands))]
+
+        def printed_so_far() -> str:
+            return "".join(Path(out.name).read_text() for out, _ in outputs[:len(processes)])
+
+        def start_those_due() -> bool:
+            """Start the next commands whose text has appeared; True once all are started and have exited."""
+            while len(processes) < len(commands):
+                awaited = start_when[len(processes)]
+                if awaited is not None and awaited not in printed_so_far():
+                    return False
+                out, err = outputs[len(processes)]
+                processes.append(subprocess.Popen(list(commands[len(processes)]), cwd=cwd, env=environment,
+                                                  stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                                  start_new_session=True))
+            return not running()
+
+        def timed_out() -> TimeoutError:
+            waiting = [f"{' '.join(c)} (waiting for {t!r})" for c, t in
+                       zip(commands[len(processes):], start_when[len(processes):], strict=True)]
+            return TimeoutError(f"still running after timeout={timeout:g} s, stopped: {running()}"
+                                + (f"; never started: {waiting}" if waiting else ""))
+
         # Stopped: every command's whole session (torchrun's workers too), whatever happens.
         with Supervisor(lambda succeeded: stop_and_reap(processes, grace=2.0)) as supervisor:
-            for command, (out, err) in zip(commands, outputs, strict=True):
-                processes.append(subprocess.Popen(list(command), cwd=cwd, env=environment, stdout=out, stderr=err,
-                                                  stdin=subprocess.DEVNULL, start_new_session=True))
-            supervisor.wait(lambda: not running(), timeout,
-                            lambda: TimeoutError(f"still running after timeout={timeout:g} s, stopped: {running()}"))
+            supervisor.wait(start_those_due, timeout, timed_out)
         for out, err in outputs:
             out.seek(0)
             err.seek(0)

@@ -136,6 +136,7 @@ def test_lesson08_and_09_answers_pass_the_checks():
     assert lesson08.global_rank(8, 2, 3, values[8, 1])
     assert lesson08.rank_and_size(answers.my_rank_and_size)
     assert lesson08.bucket_milliseconds("100 GbE", 64, values[8, 3])
+    assert all(lesson08.steps_per_epoch(80, workers, steps) for workers, steps in values[8, 6].items())
     assert lesson09.zero_gigabytes(13e9, 16, 2, values[9, 1])
     assert lesson09.zero_gigabytes(13e9, 16, 2, 61.75, "autocast")  # the second half of the answer's text
     assert all(lesson09.survives_float16(value, survives) for value, survives in values[9, 2].items())

@@ -32,3 +32,11 @@ def test_bucket_milliseconds_uses_the_ring_and_the_cited_bandwidth():
     assert not lesson08.bucket_milliseconds("10 GbE", 8, 25 * 2**20 / 1.25e9 * 1e3)  # one copy of the bucket
     with pytest.raises(ValueError, match="link must be one of"):
         lesson08.bucket_milliseconds("Wi-Fi", 8, 1.0)
+
+
+def test_steps_per_epoch_counts_the_samplers_padding():
+    assert lesson08.steps_per_epoch(64, 2, 22) and lesson08.steps_per_epoch(64, 4, 22)
+    assert lesson08.steps_per_epoch(80, 2, 17) and lesson08.steps_per_epoch(80, 4, 18)  # 360 // 20, padded
+    assert not lesson08.steps_per_epoch(80, 4, 17)
+    with pytest.raises(ValueError, match="workers"):
+        lesson08.steps_per_epoch(80, 3, 17)

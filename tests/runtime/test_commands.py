@@ -28,6 +28,29 @@ def test_a_command_still_running_at_the_timeout_is_stopped_with_its_children(tmp
     assert gone_within(int(pidfile.read_text()))
 
 
+def test_a_command_held_back_starts_only_after_the_text_it_waits_for_is_printed():
+    first = ("import time; time.sleep(0.5); print('before', time.time(), flush=True); time.sleep(0.5); "
+             "print('ready', time.time(), flush=True); time.sleep(1)")
+    a, b = run_together([[sys.executable, "-c", first], [sys.executable, "-c", "import time; print(time.time())"]],
+                        timeout=30, start_when=[None, "ready"])
+    ready_at = float(a.stdout.split()[3])
+    assert float(b.stdout) >= ready_at and (a.returncode, b.returncode) == (0, 0)
+
+
+def test_a_command_whose_text_never_comes_is_named_and_the_others_are_stopped():
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match="never started.*waiting for 'ready'"):
+        run_together([[sys.executable, "-c", "import time; time.sleep(60)"], [sys.executable, "-c", "pass"]],
+                     timeout=1, start_when=[None, "ready"])
+    assert time.monotonic() - start < 1 + 10  # a hang check, not a speed test
+
+
+@pytest.mark.parametrize("start_when", [[None], [None, ""], [None, 3]])
+def test_a_bad_start_when_is_refused_by_name(start_when):
+    with pytest.raises(ValueError, match="start_when"):
+        run_together([["echo"], ["echo"]], timeout=1, start_when=start_when)
+
+
 @pytest.mark.parametrize(("commands", "timeout"), [([], 1), (["echo hi"], 1), ([["echo"]], 0)])
 def test_bad_arguments_are_refused(commands, timeout):
     with pytest.raises(ValueError, match="commands must be|timeout must be"):
