@@ -4,7 +4,7 @@ Public API (stable names that notebooks and outside checks rely on):
 - ``launch``: run a function on several ranks from a notebook cell (lesson 00 on).
 - ``RankFailedError``, ``LaunchTimeoutError``: what ``launch`` raises when a rank fails or hangs.
 - ``free_port``: a free local port for a rendezvous (lesson 03's torchrun cells).
-- ``run_together``: run several commands at once (torchrun agents, mpirun), none left behind (lessons 03, 08).
+- ``run_together``: run several commands at once (torchrun agents, mpirun), none left behind (lessons 03, 08, 09).
 - ``leftover_processes``: the live processes a cell left behind, to assert there are none.
 - ``gpu_count``: how many GPUs torch can use, counted without initialising CUDA.
 - ``ring_all_reduce``: all-reduce written from point-to-point messages, the ring (lesson 04).
@@ -17,8 +17,8 @@ Public API (stable names that notebooks and outside checks rely on):
 
 The rest lives in one folder per topic, each module named for its concept and readable in
 one sitting (each package's docstring lists its modules):
-- ``sgd``: lessons 01, 05, 06; ``data_parallel``: lessons 02, 03, 04, 07; ``cluster``: lesson 08;
-  ``beyond``: lessons 09 and 10; ``training_run``: lesson 11. These content packages never import one another.
+- ``sgd``: lessons 01, 05, 06; ``data_parallel``: lessons 02, 03, 04, 07; ``cluster``: lessons 08, 09;
+  ``beyond``: lessons 10 and 11; ``training_run``: lesson 12. These content packages never import one another.
 - ``scripts``: the programs lessons start with torchrun, mpiexec or sbatch, run as modules
   (``torchrun -m dpedu.scripts.train_ddp``) so that a lesson opened alone finds them.
 - ``runtime``: how ranks and commands are started, supervised and reaped (what every lesson uses, none teaches);

@@ -320,7 +320,7 @@ def test_the_gpu_notebooks_are_found_from_their_cells(tmp_path):
     assert [p.name for p in gpu_check.gpu_notebooks(tmp_path)] == ["a.ipynb", "b.ipynb"]
     assert [p.stem for p in gpu_check.gpu_notebooks()] == [
         "00_welcome", "01_gd_sgd_minibatch", "02_data_parallelism_by_hand", "03_ddp_from_a_notebook",
-        "09_sharding_and_memory", "10_splitting_the_model", "11_a_real_training_run", "appendix_circulating_code"]
+        "10_sharding_and_memory", "11_splitting_the_model", "12_a_real_training_run", "appendix_circulating_code"]
 
 
 def test_the_notebook_step_runs_each_lesson_alone_logs_it_and_gives_a_verdict_each(monkeypatch, tmp_path, capsys):

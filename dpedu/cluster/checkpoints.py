@@ -5,7 +5,7 @@ checkpoint, so that checkpoint must never be half-written, even when the writer 
 machine loses power in the middle of saving it. ``save_atomically`` writes a temporary file next to
 the checkpoint and renames it over the old one; ``load_checkpoint`` reads it back, or says there is none.
 
-Used in lesson 08 (and by ``dpedu.scripts.train_resumable``).
+Used in lesson 09 (and by ``dpedu.scripts.train_resumable``).
 """
 
 from __future__ import annotations

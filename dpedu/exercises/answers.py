@@ -1,4 +1,4 @@
-"""Model answers and rubrics for the exercises at the end of lessons 00 to 11, printed only on request.
+"""Model answers and rubrics for the exercises at the end of lessons 00 to 12, printed only on request.
 
 ``answer(lesson)`` lists a lesson's exercises and the kind of answer each has; ``answer(lesson, n)`` prints
 exercise n's. The kinds: a **computed value** (a number or a formula that the lesson's checker accepts),
@@ -47,17 +47,19 @@ VALUES: dict[tuple[int, int], object] = {
     (7, 3): 20,
     (8, 1): 19,
     (8, 3): 4.13,
-    (8, 6): {1: 17, 2: 17, 4: 18},
-    (9, 1): 37.375,
-    (9, 2): {3e-8: True, 2e-8: False},
-    (9, 3): 15.0,
-    (9, 4): 12 * 512 * 128 * 4,
-    (9, 5): 578,
-    (10, 1): {8: 3 / 11, 16: 3 / 19, "fewest micro-batches under 10 %": 28},
-    (10, 2): {"1f1b": 3, "gpipe": 8},
-    (11, 1): 16,
-    (11, 2): 8,
-    (11, 3): 3e-3 * 51 / 100,
+    (8, 4): 1.0 / (2 * 7 / 8 * 4 / 1.25e9),
+    (9, 3): {1: 17, 2: 17, 4: 18},
+    (9, 4): 86.2,
+    (10, 1): 37.375,
+    (10, 2): {3e-8: True, 2e-8: False},
+    (10, 3): 15.0,
+    (10, 4): 12 * 512 * 128 * 4,
+    (10, 5): 578,
+    (11, 1): {8: 3 / 11, 16: 3 / 19, "fewest micro-batches under 10 %": 28},
+    (11, 2): {"1f1b": 3, "gpipe": 8},
+    (12, 1): 16,
+    (12, 2): 8,
+    (12, 3): 3e-3 * 51 / 100,
 }
 
 
@@ -244,7 +246,7 @@ A good answer names these risks, for a shared file system (NFS, Lustre, a cloud 
 - without the barrier a rank can load the file while another is still writing it: a half-written file
   (an unpickling error) or the previous checkpoint (silently the wrong state), so ranks resume differently.
 The fix: one writer (rank 0; all replicas are identical, part 7), written atomically (a temporary file and a
-rename, lesson 08 part 6), then a barrier, then every rank loads."""),
+rename, lesson 09 part 2), then a barrier, then every rank loads."""),
     (4, 1): (CODE_KIND, """
 A binomial tree: at distance 1, 2, 4, ... the partner at rank + distance sends its partial sum and is done;
 after ⌈log2 p⌉ rounds rank 0 holds the sum and sends it back down the same pairs. 2⌈log2 p⌉ steps, each
@@ -364,63 +366,76 @@ lesson08.rank_and_size(my_rank_and_size)."""),
 (check: lesson08.bucket_milliseconds("100 GbE", 64, 4.13)).
 A ring of 8 takes 3.67 ms: each rank sends 2(p − 1)/p of the bucket, 1.75 at p = 8 and 1.97 at p = 64, never
 more than twice, whatever p. What grows with p is the latency term, 2(p − 1)α."""),
-    (8, 4): (RUBRIC, """
-Run part 6's train_resumable with --checkpoint-every 10 --kill-rank 1 --kill-at-step 25. Measured: torchrun's
+    (8, 4): (VALUE, f"""
+Each rank sends 2(p - 1)/p of the gradients: 1.75 x 4 bytes a parameter at 1.25e9 bytes per second, so 1 s
+carries 1.25e9 / 7 = {VALUES[8, 4] / 1e6:.1f} M parameters (check: lesson08.gradient_parameters("10 GbE", 8, 1.0,
+{VALUES[8, 4]:.4g})). InfiniBand NDR's 50e9 bytes per second is 40 times as much: {40 * VALUES[8, 4] / 1e9:.2f} B
+parameters. A good answer adds that real steps overlap this with backward (lesson 04), and that the latency
+term, 2(p - 1)α, grows with the ring while the bandwidth term does not."""),
+    (9, 1): (RUBRIC, """
+Measured (3 runs each): with rank 1 sleeping, rank 0 raised "Timed out waiting 2000ms for recv operation to
+complete" after 2.0 s; with rank 1 returning at once, rank 0 raised after about 0.01 s, with "Connection reset
+by peer" or "Connection closed by peer" (which one varies from run to run). Not a timeout: rank 1's process
+ended, its process group and sockets closed, and gloo on rank 0 saw the connection drop at once instead of
+waiting. A good answer notes that an early exit (or crash) of one rank shows up on the others as a
+connection error that names no cause: look at the rank that is gone (part 2)."""),
+    (9, 2): (RUBRIC, """
+Run part 2's train_resumable with --checkpoint-every 10 --kill-rank 1 --kill-at-step 25. Measured: torchrun's
 agent logged local_rank 1 failed with exit code -9; attempt 1 printed "resuming from the checkpoint of step 20"
 and "resumed from step 20, ran 40 steps, finished at step 60, replicas identical: True"; the final parameters
 are identical to an uninterrupted run's (torch.equal on every tensor). Steps 21 to 25 were done twice (5
 steps): the kill came after step 25, and the last checkpoint was step 20's. Wall time 11.0 s against 7.8 s
 uninterrupted. A good answer also says why identical: the checkpoint holds the model and the momentum, and
 each step's batch depends only on the step number."""),
-    (8, 5): (RUBRIC, """
-Measured (3 runs each): with rank 1 sleeping, rank 0 raised "Timed out waiting 2000ms for recv operation to
-complete" after 2.0 s; with rank 1 returning at once, rank 0 raised after about 0.01 s, with "Connection reset
-by peer" or "Connection closed by peer" (which one varies from run to run). Not a timeout: rank 1's process
-ended, its process group and sockets closed, and gloo on rank 0 saw the connection drop at once instead of
-waiting. A good answer notes that an early exit (or crash) of one rank shows up on the others as a
-connection error that names no cause: look at the rank that is gone (lesson 08, part 6)."""),
-    (8, 6): (VALUE + " + rubric", f"""
-A global batch of 80 gives epochs of {VALUES[8, 6][1]} steps on 1 worker, {VALUES[8, 6][2]} on 2 and
-{VALUES[8, 6][4]} on 4 (check: lesson08.steps_per_epoch(80, 4, 18)). Of 1438 examples, one worker reads
+    (9, 3): (VALUE + " + rubric", f"""
+A global batch of 80 gives epochs of {VALUES[9, 3][1]} steps on 1 worker, {VALUES[9, 3][2]} on 2 and
+{VALUES[9, 3][4]} on 4 (check: lesson09.steps_per_epoch(80, 4, 18)). Of 1438 examples, one worker reads
 1438 // 80 = 17 full batches; on 2 workers each gets 719 and reads 719 // 40 = 17; on 4, DistributedSampler
 pads 1438 to 1440 so that every worker gets 360, and 360 // 20 = 18: the padding completes an 18th batch. A
-job on 4 workers that loses 2 would read other examples at step k after the resize, and part 7's script
+job on 4 workers that loses 2 would read other examples at step k after the resize, and part 3's script
 refuses its checkpoint. With 64 all three have 22 steps: a good answer says to choose the global batch so that
 every world size the job may have gives the same epochs (or to count the position in the data in examples, not
 steps). Between 1 and 2 workers 80 is fine: 1438 is even, so 2 workers need no padding."""),
-    (9, 1): (VALUE, f"""
+    (9, 4): (VALUE, f"""
+Llama 3's rate, 419 / (54 x 24 x 16,384) = 1.97e-5 interruptions per GPU-hour, gives 4,096 GPUs a mean time
+between failures of 12.4 h (742 min). Young's rule: sqrt(2 x 5 x 742) = {VALUES[9, 4]} minutes (check:
+lesson09.checkpoint_minutes(4096, 5, {VALUES[9, 4]})). With a 30 s write, sqrt(2 x 0.5 x 742) = 27 minutes: the
+interval shrinks only with the square root of the write time, and a job then loses on average about half an
+interval of work per failure plus the restart. A good answer says why the rate per GPU is only an estimate
+(Llama 3 ran on "up to" 16,384 GPUs, so the rate per GPU is if anything higher)."""),
+    (10, 1): (VALUE, f"""
 ZeRO-2 keeps the fp16 parameters whole (2Ψ) and shards gradients and optimizer state (14Ψ/N):
-2 · 13e9 + 14 · 13e9/16 bytes = 26 + 11.375 = {VALUES[9, 1]} GB
-(check: lesson09.zero_gigabytes(13e9, 16, 2, 37.375)). Under torch autocast's 4 + 4 + 8 the whole float32
+2 · 13e9 + 14 · 13e9/16 bytes = 26 + 11.375 = {VALUES[10, 1]} GB
+(check: lesson10.zero_gigabytes(13e9, 16, 2, 37.375)). Under torch autocast's 4 + 4 + 8 the whole float32
 parameters stay on every GPU and the gradients and optimizer state are sharded: 4 · 13e9 + 12 · 13e9/16 bytes
-= 52 + 9.75 = 61.75 GB (check: lesson09.zero_gigabytes(13e9, 16, 2, 61.75, "autocast"))."""),
-    (9, 2): (VALUE, """
+= 52 + 9.75 = 61.75 GB (check: lesson10.zero_gigabytes(13e9, 16, 2, 61.75, "autocast"))."""),
+    (10, 2): (VALUE, """
 3e-8: yes (True), barely. float16's smallest positive value is 2^-24 ≈ 5.96e-8; a value above half of it,
 2^-25 ≈ 2.98e-8, rounds up to 2^-24, so 3e-8 is stored as about twice itself. 2e-8: no (False), it rounds to 0.
-Check: lesson09.survives_float16(3e-8, True) and lesson09.survives_float16(2e-8, False)."""),
-    (9, 3): (VALUE, f"""
-HSDP shards every byte over its group of 8 and keeps one copy per group: 16 · 7.5e9/8 = {VALUES[9, 3]} GB per
+Check: lesson10.survives_float16(3e-8, True) and lesson10.survives_float16(2e-8, False)."""),
+    (10, 3): (VALUE, f"""
+HSDP shards every byte over its group of 8 and keeps one copy per group: 16 · 7.5e9/8 = {VALUES[10, 3]} GB per
 GPU, whatever the byte layout (4 + 4 + 8 also adds up to 16) and however many groups there are (check:
-lesson09.hsdp_gigabytes(7.5e9, 8, 15, "autocast")). FSDP over all 64: 16 · 7.5e9/64 = 1.875 GB. What HSDP buys
+lesson10.hsdp_gigabytes(7.5e9, 8, 15, "autocast")). FSDP over all 64: 16 · 7.5e9/64 = 1.875 GB. What HSDP buys
 for the 8 times more memory: its all-gathers and reduce-scatters stay inside a node, and only an all-reduce
 of each GPU's gradient shard (4 · 7.5e9/8 bytes with float32 gradients) crosses between nodes."""),
-    (9, 4): (VALUE, f"""
-Each checkpointed block keeps its input, 512 · 128 float32 values: 12 · 512 · 128 · 4 = {VALUES[9, 4]:,} bytes
-(check: lesson09.kept_with_checkpointing(12, 128, 512, {VALUES[9, 4]})); without checkpointing 9 times that,
-{9 * VALUES[9, 4]:,} bytes (input, 4w before GELU and 4w after, per block: part 3 measured it on 4 blocks).
+    (10, 4): (VALUE, f"""
+Each checkpointed block keeps its input, 512 · 128 float32 values: 12 · 512 · 128 · 4 = {VALUES[10, 4]:,} bytes
+(check: lesson10.kept_with_checkpointing(12, 128, 512, {VALUES[10, 4]})); without checkpointing 9 times that,
+{9 * VALUES[10, 4]:,} bytes (input, 4w before GELU and 4w after, per block: part 3 measured it on 4 blocks).
 Checkpointing pairs of blocks keeps 6 inputs, half as much, but recomputes 2 blocks at once in backward, so
 the peak grows by one block's activations: the segment length trades the inputs kept against the
 activations recomputed at once: with segments of k blocks, L/k inputs plus k blocks' activations, least
 near k = √(L/9) here (Chen et al. 2016, arXiv:1604.06174: segments of about √L blocks)."""),
-    (9, 5): (VALUE, f"""
-ceil(1,732 / 3) = {VALUES[9, 5]} elements in each rank's shard, padding included (check:
-lesson09.zero_one_slice(1732, 3, {VALUES[9, 5]})): the flat vector is padded with 2 zeros to 1,734 = 3 x 578,
+    (10, 5): (VALUE, f"""
+ceil(1,732 / 3) = {VALUES[10, 5]} elements in each rank's shard, padding included (check:
+lesson10.zero_one_slice(1732, 3, {VALUES[10, 5]})): the flat vector is padded with 2 zeros to 1,734 = 3 x 578,
 so the last rank's slice ends in the padding. Measured with train_zero_one on 3 ranks: optimizer state 8 x 578
 = 4,624 bytes on every rank (Adam's two float32 moments), shards (0, 578), (578, 1156), (1156, 1734); each
 rank hands the reduce-scatter 4 x 1,734 = 6,936 bytes and the all-gather 4 x 578 = 2,312; the parameters equal
 DDP's within 1e-6. The padding costs 2 elements of state and of traffic, nothing in the result: the padded
 gradients are 0, and the padded parameters are never copied back."""),
-    (9, 6): (RUBRIC, """
+    (10, 6): (RUBRIC, """
 Measured on 2 ranks (tanh_mlp, Ψ = 1,732): after forward 3,464 bytes gathered in place, all bfloat16 (all the
 parameters, kept, at 2 bytes each: half of the 6,928 float32 bytes); 3 all-gathers a step (one per layer,
 none in backward), rank 0 handing in 1,732 bytes (its bfloat16 half of the parameters); the reduce-scatters
@@ -428,20 +443,20 @@ none in backward), rank 0 handing in 1,732 bytes (its bfloat16 half of the param
 bytes held, L all-gathers of 2Ψ/N bytes, 4Ψ to reduce-scatter. Short of memory: keep the default
 reshard_after_forward=True (and use the bfloat16 policy); on a slow network: reshard_after_forward=False,
 which halves the all-gathers at the price of holding every parameter during the step, as Llama 3 did."""),
-    (10, 1): (VALUE, """
-(p − 1)/(m + p − 1) = 3/11 ≈ 0.273 (check: lesson10.bubble(4, 8, 3 / 11)); with 16 micro-batches 3/19 ≈ 0.158.
+    (11, 1): (VALUE, """
+(p − 1)/(m + p − 1) = 3/11 ≈ 0.273 (check: lesson11.bubble(4, 8, 3 / 11)); with 16 micro-batches 3/19 ≈ 0.158.
 Under 10 % needs 3/(m + 3) < 0.1, so m > 27: 28 micro-batches (3/31 ≈ 0.097; 27 gives exactly 0.10)."""),
-    (10, 2): (VALUE, """
-1F1B: stage r keeps at most p − r micro-batches, so stage 1 keeps 3 (check: lesson10.micro_batches_kept("1f1b",
+    (11, 2): (VALUE, """
+1F1B: stage r keeps at most p − r micro-batches, so stage 1 keeps 3 (check: lesson11.micro_batches_kept("1f1b",
 4, 8, 1, 3)). GPipe: all 8, since every forward comes before the first backward
-(lesson10.micro_batches_kept("gpipe", 4, 8, 1, 8))."""),
-    (10, 3): (RUBRIC, """
+(lesson11.micro_batches_kept("gpipe", 4, 8, 1, 8))."""),
+    (11, 3): (RUBRIC, """
 In timed_schedules, pass work_s = 0.4 on the last rank and 0.2 on the others. Measured (4 stages, 8
 micro-batches): the step takes 0.97 s instead of 0.58 s, under GPipe and under 1F1B alike, and the idle share
 grows from 0.29 to 0.48 for both. The slowest stage sets the pace: it works 0.81 s of the 0.97 s while the
 others work 0.41 s each and spend the rest waiting for its outputs and its gradients. The schedule
 changes memory (part 2), not the pace. Balance the stages' work, not their layer counts."""),
-    (10, 4): (RUBRIC, """
+    (11, 4): (RUBRIC, """
 4 all-reduces per step: 2 in forward (g after each block's B) and 2 in backward (f before each block's A).
 Measured with part 3's functions on 4 ranks, two blocks in a row: the all-reduces were ['forward', 'forward',
 'backward', 'backward'], and output and input gradient equal the unsplit pair's within 1e-5.
@@ -450,18 +465,18 @@ columns need every hidden unit), and GeLU after it is not linear, so the partial
 of the first block cannot go. In backward the first block's row-split B needs the whole gradient of h, but
 each rank only has its part from its own columns of A: f of the second block adds them. A transformer layer
 (attention + MLP, both built this way) therefore costs 2 all-reduces in forward and 2 in backward."""),
-    (11, 1): (VALUE + " + " + RUBRIC, f"""
-96 / (3 ranks x 2 micro-batches) = {VALUES[11, 1]} examples per forward-backward
-(check: lesson11.micro_batch(96, 3, 2, {VALUES[11, 1]})). 64 is not a multiple of 3: no equal split of the
+    (12, 1): (VALUE + " + " + RUBRIC, f"""
+96 / (3 ranks x 2 micro-batches) = {VALUES[12, 1]} examples per forward-backward
+(check: lesson12.micro_batch(96, 3, 2, {VALUES[12, 1]})). 64 is not a multiple of 3: no equal split of the
 global batch exists, and with unequal shards the ranks' mean loss would no longer be the global batch's mean
 (lesson 03), so the script refuses it before any rank starts (batches.micro_batch_size)."""),
-    (11, 2): (VALUE, f"""
-ceil(1000 / 16) = 63 examples per rank, 16 x 63 = 1008: {VALUES[11, 2]} examples repeated
-(check: lesson11.padding(1000, 16, {VALUES[11, 2]})). On 3 ranks it is 2 (334 x 3 = 1002), part 2's case."""),
-    (11, 3): (VALUE, f"""
-Step 50 is in the warmup (100 steps): 3e-3 x (50 + 1) / 100 = {VALUES[11, 3]:.2e}
-(check: lesson11.learning_rate_at(50, {VALUES[11, 3]:.2e}))."""),
-    (11, 4): (RUBRIC, """
+    (12, 2): (VALUE, f"""
+ceil(1000 / 16) = 63 examples per rank, 16 x 63 = 1008: {VALUES[12, 2]} examples repeated
+(check: lesson12.padding(1000, 16, {VALUES[12, 2]})). On 3 ranks it is 2 (334 x 3 = 1002), part 2's case."""),
+    (12, 3): (VALUE, f"""
+Step 50 is in the warmup (100 steps): 3e-3 x (50 + 1) / 100 = {VALUES[12, 3]:.2e}
+(check: lesson12.learning_rate_at(50, {VALUES[12, 3]:.2e}))."""),
+    (12, 4): (RUBRIC, """
 A good answer: 2 ranks x 2 micro-batches of 16 make the same global batch of 64, so the schedule and the
 updates are the same and the run learns alike (held-out exact match above 0.95, as in part 3). The first loss
 is the mean of 4 means of 16 instead of 2 means of 32: equal in exact arithmetic, equal in float32 only to

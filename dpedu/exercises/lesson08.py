@@ -1,14 +1,12 @@
-"""Checks for lesson 08's exercises: torchrun's numbering, launcher variables, what a link costs, and
-the epochs of an elastic run."""
+"""Checks for lesson 08's exercises: torchrun's numbering, launcher variables, and what a link costs."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from dpedu._validate import whole
+from dpedu._validate import real, whole
 from dpedu.cluster.rank_variables import torch_variables
 from dpedu.data_parallel.cost_model import LINK_BANDWIDTH, ring_time
-from dpedu.data_parallel.digits_ddp import digits_loader
 from dpedu.exercises import close, verdict
 
 
@@ -62,14 +60,13 @@ def bucket_milliseconds(link: str, world_size: int, answer: float) -> bool:
                                               "bytes), at the link's bandwidth in bytes per second; in ms")
 
 
-def steps_per_epoch(global_batch_size: int, workers: int, answer: int) -> bool:
-    """How many steps of ``global_batch_size`` examples does an epoch of the digits training set have on
-    ``workers`` workers, each taking an equal share, as part 7's script reads it (``DistributedSampler``,
-    then full batches only)?"""
-    whole("global_batch_size", global_batch_size)
-    whole("workers", workers)
-    if global_batch_size % workers:
-        raise ValueError(f"global_batch_size {global_batch_size} must divide among workers={workers}")
-    truth = len(digits_loader(global_batch_size // workers, num_replicas=workers, rank=0))
-    return verdict(answer == truth, "each worker gets ceil(1438 / workers) examples (DistributedSampler pads the "
-                                    "last ones), in full batches of global_batch_size / workers")
+def gradient_parameters(link: str, world_size: int, seconds: float, answer: float) -> bool:
+    """How many float32 parameters can a ring of ``world_size`` ranks all-reduce in ``seconds`` over ``link``
+    (a key of ``LINK_BANDWIDTH``), by the α-β model's bandwidth term? Within 2 %."""
+    if link not in LINK_BANDWIDTH:
+        raise ValueError(f"link must be one of {sorted(LINK_BANDWIDTH)}, got {link!r}")
+    whole("world_size", world_size, minimum=2)
+    real("seconds", seconds, above=0)
+    truth = seconds / ring_time(4, 0.0, 1 / LINK_BANDWIDTH[link], world_size)  # the bandwidth term grows with bytes
+    return verdict(close(answer, truth, 0.02), "each rank sends 2(p - 1)/p of the gradients, 4 bytes a parameter, "
+                                              "at the link's bandwidth in bytes per second")

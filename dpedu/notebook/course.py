@@ -31,10 +31,11 @@ LESSONS: tuple[Lesson, ...] = (
     Lesson(5, "Asynchronous updates, stale gradients", "Training at scale"),
     Lesson(6, "Batch size and learning rate", "Training at scale"),
     Lesson(7, "BatchNorm and randomness across ranks", "Training at scale"),
-    Lesson(8, "Scaling out, and when things go wrong", "In production"),
-    Lesson(9, "Sharding: ZeRO, FSDP, mixed precision", "Beyond data parallelism"),
-    Lesson(10, "Splitting the model: pipelines, tensors", "Beyond data parallelism"),
-    Lesson(11, "A real training run, end to end", "In production"),
+    Lesson(8, "Scaling out: torchrun, MPI, Slurm", "In production"),
+    Lesson(9, "When things go wrong: failures, restarts", "In production"),
+    Lesson(10, "Sharding: ZeRO, FSDP, mixed precision", "Beyond data parallelism"),
+    Lesson(11, "Splitting the model: pipelines, tensors", "Beyond data parallelism"),
+    Lesson(12, "A real training run, end to end", "In production"),
 )
 
 
@@ -44,7 +45,7 @@ def course_notebooks(folder: str | Path = NOTEBOOKS) -> tuple[list[Path], list[P
     return sorted(folder.glob("[0-9][0-9]_*.ipynb")), sorted(folder.glob("appendix_*.ipynb"))
 
 
-PER_ROW = 6  # lessons per row of the course map
+PER_ROW = 7  # lessons per row of the course map
 PROSE_WORDS_PER_MINUTE = 100  # careful reading of technical prose with formulas, not skimming
 CODE_LINES_PER_MINUTE = 12  # reading a cell, running it and reading what it prints
 
@@ -77,7 +78,8 @@ def draw_course_map(path: str | Path | None = None):
         raise TypeError(f"path must be a str or Path, got {type(path).__name__}")
 
     parts = list(dict.fromkeys(lesson.part for lesson in LESSONS))
-    fig, ax = plt.subplots(figsize=(12, 4.2))
+    rows = -(-len(LESSONS) // PER_ROW)
+    fig, ax = plt.subplots(figsize=(2 * PER_ROW, 1.55 + 1.35 * rows))
     for lesson in LESSONS:
         x, y = lesson.number % PER_ROW, -(lesson.number // PER_ROW)
         color = PALETTE[parts.index(lesson.part)]
@@ -92,7 +94,7 @@ def draw_course_map(path: str | Path | None = None):
     handles = [plt.Rectangle((0, 0), 1, 1, color=PALETTE[i], alpha=0.5) for i in range(len(parts))]
     ax.legend(handles, parts, loc="lower center", ncol=len(parts), frameon=False, bbox_to_anchor=(0.5, -0.12))
     ax.set_xlim(-0.1, PER_ROW * 2.1 - 0.1)
-    ax.set_ylim(-1.75, 1.2)
+    ax.set_ylim(-1.6 * (rows - 1) - 0.15, 1.2)
     ax.set_axis_off()
     ax.set_title(f"dpedu: {len(LESSONS)} lessons from one process to many", fontsize=13)
     if path is not None:

@@ -1,7 +1,7 @@
 """Run several commands at once from a notebook (torchrun agents, mpirun), never leaving one behind; find
 the programs pip installed (mpiexec) wherever it put them.
 
-Used in lessons 03 and 08.
+Used in lessons 03, 08 and 09.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def run_together(commands: Sequence[Sequence[str]], *, timeout: float, cwd: str 
 
     ``start_when`` holds the commands back: command i starts once the text ``start_when[i]`` has
     appeared in what the commands before it printed (``None``: at once, as without it), so that a cell
-    can start a second torchrun agent after the first one has reached a given step (lesson 08).
+    can start a second torchrun agent after the first one has reached a given step (lesson 09).
     Each command runs in its own session, so stopping it also stops the processes it started.
     If any is still running, or not yet started, after ``timeout`` seconds, or on Ctrl-C or any error
     here, all of them are stopped and reaped before the exception propagates (``TimeoutError`` names

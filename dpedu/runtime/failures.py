@@ -5,8 +5,8 @@ is the *first* one; a hang has no error at all, so the useful answer is where ea
 module turns what ``dpedu.launch`` sees of its ranks (their reports, their exit codes, a stack each
 dumps on request) into those two answers: ``RankFailedError`` and ``LaunchTimeoutError``.
 
-Used by every ``dpedu.launch`` (lessons 00, 03, 04, 07 to 10); ``leftover_processes`` is asserted empty in
-lessons 00, 08 and 09.
+Used by every ``dpedu.launch`` (lessons 00, 03, 04, 07 to 11); ``leftover_processes`` is asserted empty in
+lessons 00, 08, 09 and 10.
 """
 
 from __future__ import annotations

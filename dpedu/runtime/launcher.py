@@ -16,7 +16,7 @@ The child side (what runs inside each rank) lives in :mod:`dpedu.runtime._rank`;
 (fork, forkserver, spawn) in :mod:`dpedu.runtime.start_methods`; how failures and hangs are told apart and
 explained in :mod:`dpedu.runtime.failures`.
 
-Used in lessons 00, 03, 04 and 07 to 10 (and by ``./course check-gpu``).
+Used in lessons 00, 03, 04 and 07 to 11 (and by ``./course check-gpu``).
 """
 
 from __future__ import annotations

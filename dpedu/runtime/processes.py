@@ -11,7 +11,7 @@ can only be ours, never a newcomer's that was given a freed pid.
 Every process the course starts is waited for the same way (``Supervisor``): ranks of
 ``dpedu.launch``, Hogwild's workers, commands run together, Slurm's daemons and jobs.
 
-Used by ``dpedu.launch`` (lessons 00, 03, 04, 07 to 10), ``run_together`` (lessons 03, 08), Hogwild's
+Used by ``dpedu.launch`` (lessons 00, 03, 04, 07 to 11), ``run_together`` (lessons 03, 08, 09), Hogwild's
 workers (lesson 05) and the Slurm cluster (lesson 08).
 """
 

@@ -1,4 +1,4 @@
-"""The squared gradient norms that DDP's all-reduce passes by, recorded for free (lesson 11, part 6).
+"""The squared gradient norms that DDP's all-reduce passes by, recorded for free (lesson 12, part 6).
 
 Each bucket DDP all-reduces holds, before the reduction, this rank's gradient from its own b examples and,
 after it, the mean over ranks: the gradient of the global batch B = ranks x b. Their squared norms are the

@@ -22,6 +22,7 @@ from dpedu.exercises import (
     lesson09,
     lesson10,
     lesson11,
+    lesson12,
 )
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
@@ -36,7 +37,7 @@ def _exercise_numbers(notebook: Path) -> list[int]:
     return []
 
 
-@pytest.mark.parametrize("lesson", range(12))
+@pytest.mark.parametrize("lesson", range(13))
 def test_every_exercise_of_every_lesson_has_an_answer(lesson, capsys):
     (notebook,) = NOTEBOOKS.glob(f"{lesson:02d}_*.ipynb")
     numbers = _exercise_numbers(notebook)
@@ -60,7 +61,7 @@ def test_code_answers_are_printed_from_their_source_and_values_belong_to_exercis
     assert "def my_rank_and_size(environ" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize(("call", "name"), [(lambda: answers.answer(12), "lesson"),
+@pytest.mark.parametrize(("call", "name"), [(lambda: answers.answer(13), "lesson"),
                                             (lambda: answers.answer(3, 6), "exercise"),
                                             (lambda: answers.answer(3, 0), "exercise")])
 def test_bad_arguments_are_refused_by_name(call, name):
@@ -131,27 +132,30 @@ def test_lesson07_ghost_batch_norm_normalises_each_chunk_on_its_own():
     assert torch.allclose(interleaved(x)[1::2], plain(x[1::2]), atol=1e-6)
 
 
-def test_lesson08_and_09_answers_pass_the_checks():
+def test_lesson08_to_10_answers_pass_the_checks():
     values = answers.VALUES
     assert lesson08.global_rank(8, 2, 3, values[8, 1])
     assert lesson08.rank_and_size(answers.my_rank_and_size)
     assert lesson08.bucket_milliseconds("100 GbE", 64, values[8, 3])
-    assert all(lesson08.steps_per_epoch(80, workers, steps) for workers, steps in values[8, 6].items())
-    assert lesson09.zero_gigabytes(13e9, 16, 2, values[9, 1])
-    assert lesson09.zero_gigabytes(13e9, 16, 2, 61.75, "autocast")  # the second half of the answer's text
-    assert all(lesson09.survives_float16(value, survives) for value, survives in values[9, 2].items())
-    assert lesson09.hsdp_gigabytes(7.5e9, 8, values[9, 3], "autocast")
-    assert lesson09.kept_with_checkpointing(12, 128, 512, values[9, 4])
-    assert lesson09.zero_one_slice(1732, 3, values[9, 5])
+    assert lesson08.gradient_parameters("10 GbE", 8, 1.0, values[8, 4])
+    assert lesson08.gradient_parameters("InfiniBand NDR", 8, 1.0, 40 * values[8, 4])  # the second half
+    assert all(lesson09.steps_per_epoch(80, workers, steps) for workers, steps in values[9, 3].items())
+    assert lesson09.checkpoint_minutes(4096, 5, values[9, 4])
+    assert lesson10.zero_gigabytes(13e9, 16, 2, values[10, 1])
+    assert lesson10.zero_gigabytes(13e9, 16, 2, 61.75, "autocast")  # the second half of the answer's text
+    assert all(lesson10.survives_float16(value, survives) for value, survives in values[10, 2].items())
+    assert lesson10.hsdp_gigabytes(7.5e9, 8, values[10, 3], "autocast")
+    assert lesson10.kept_with_checkpointing(12, 128, 512, values[10, 4])
+    assert lesson10.zero_one_slice(1732, 3, values[10, 5])
 
 
-def test_lesson10_and_11_answers_pass_the_checks():
+def test_lesson11_and_12_answers_pass_the_checks():
     values = answers.VALUES
-    bubbles = values[10, 1]
-    assert lesson10.bubble(4, 8, bubbles[8]) and lesson10.bubble(4, 16, bubbles[16])
+    bubbles = values[11, 1]
+    assert lesson11.bubble(4, 8, bubbles[8]) and lesson11.bubble(4, 16, bubbles[16])
     fewest = bubbles["fewest micro-batches under 10 %"]
     assert bubble_fraction(4, fewest) < 0.1 <= bubble_fraction(4, fewest - 1)
-    assert all(lesson10.micro_batches_kept(kind, 4, 8, 1, kept) for kind, kept in values[10, 2].items())
-    assert lesson11.micro_batch(96, 3, 2, values[11, 1])
-    assert lesson11.padding(1000, 16, values[11, 2])
-    assert lesson11.learning_rate_at(50, values[11, 3])
+    assert all(lesson11.micro_batches_kept(kind, 4, 8, 1, kept) for kind, kept in values[11, 2].items())
+    assert lesson12.micro_batch(96, 3, 2, values[12, 1])
+    assert lesson12.padding(1000, 16, values[12, 2])
+    assert lesson12.learning_rate_at(50, values[12, 3])

@@ -34,9 +34,8 @@ def test_bucket_milliseconds_uses_the_ring_and_the_cited_bandwidth():
         lesson08.bucket_milliseconds("Wi-Fi", 8, 1.0)
 
 
-def test_steps_per_epoch_counts_the_samplers_padding():
-    assert lesson08.steps_per_epoch(64, 2, 22) and lesson08.steps_per_epoch(64, 4, 22)
-    assert lesson08.steps_per_epoch(80, 2, 17) and lesson08.steps_per_epoch(80, 4, 18)  # 360 // 20, padded
-    assert not lesson08.steps_per_epoch(80, 4, 17)
-    with pytest.raises(ValueError, match="workers"):
-        lesson08.steps_per_epoch(80, 3, 17)
+def test_gradient_parameters_inverts_the_rings_bandwidth_term():
+    assert lesson08.gradient_parameters("10 GbE", 8, 1.0, 1.25e9 / 7)
+    assert not lesson08.gradient_parameters("10 GbE", 8, 1.0, 1.25e9 / 4)  # one copy of the gradients, not 1.75
+    with pytest.raises(ValueError, match="seconds"):
+        lesson08.gradient_parameters("10 GbE", 8, 0, 1.0)
