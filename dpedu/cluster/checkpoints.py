@@ -5,7 +5,9 @@ checkpoint, so that checkpoint must never be half-written, even when the writer 
 machine loses power in the middle of saving it. ``save_atomically`` writes a temporary file next to
 the checkpoint and renames it over the old one; ``load_checkpoint`` reads it back, or says there is none.
 
-Used in lesson 09 (and by ``dpedu.scripts.train_resumable``).
+``save_on_rank_zero`` is what every rank of a DDP job calls: one writer, then a barrier.
+
+Used in lesson 09 (and by ``dpedu.scripts.train_resumable`` and ``train_elastic``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import tempfile
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 
 def save_atomically(state: dict[str, Any], path: str | os.PathLike[str]) -> None:
@@ -95,3 +98,11 @@ def _sync_directory(directory: str) -> None:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+def save_on_rank_zero(state: dict[str, Any], path: str | os.PathLike[str]) -> None:
+    """Inside ranks, called by every rank: rank 0 saves ``state`` atomically (all replicas hold the same),
+    and no rank returns before it is on disk, so a failure from then on resumes from it."""
+    if dist.get_rank() == 0:
+        save_atomically(state, path)
+    dist.barrier()

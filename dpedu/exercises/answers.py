@@ -48,7 +48,7 @@ VALUES: dict[tuple[int, int], object] = {
     (8, 1): 19,
     (8, 3): 4.13,
     (8, 4): 1.0 / (2 * 7 / 8 * 4 / 1.25e9),
-    (9, 3): {1: 17, 2: 17, 4: 18},
+    (9, 3): {"80 on 1, 2, 4 workers": {1: 17, 2: 17, 4: 18}, "one batch for 1 to 4 workers": 84},
     (9, 4): 86.2,
     (10, 1): 37.375,
     (10, 2): {3e-8: True, 2e-8: False},
@@ -380,7 +380,8 @@ ended, its process group and sockets closed, and gloo on rank 0 saw the connecti
 waiting. A good answer notes that an early exit (or crash) of one rank shows up on the others as a
 connection error that names no cause: look at the rank that is gone (part 2)."""),
     (9, 2): (RUBRIC, """
-Run part 2's train_resumable with --checkpoint-every 10 --kill-rank 1 --kill-at-step 25. Measured: torchrun's
+Run train_resumable("exercise", "--kill-rank", "1", "--kill-at-step", "25", every=10) after making a new
+folder for `checkpoints`. Measured: torchrun's
 agent logged local_rank 1 failed with exit code -9; attempt 1 printed "resuming from the checkpoint of step 20"
 and "resumed from step 20, ran 40 steps, finished at step 60, replicas identical: True"; the final parameters
 are identical to an uninterrupted run's (torch.equal on every tensor). Steps 21 to 25 were done twice (5
@@ -388,14 +389,15 @@ steps): the kill came after step 25, and the last checkpoint was step 20's. Wall
 uninterrupted. A good answer also says why identical: the checkpoint holds the model and the momentum, and
 each step's batch depends only on the step number."""),
     (9, 3): (VALUE + " + rubric", f"""
-A global batch of 80 gives epochs of {VALUES[9, 3][1]} steps on 1 worker, {VALUES[9, 3][2]} on 2 and
-{VALUES[9, 3][4]} on 4 (check: lesson09.steps_per_epoch(80, 4, 18)). Of 1438 examples, one worker reads
-1438 // 80 = 17 full batches; on 2 workers each gets 719 and reads 719 // 40 = 17; on 4, DistributedSampler
-pads 1438 to 1440 so that every worker gets 360, and 360 // 20 = 18: the padding completes an 18th batch. A
-job on 4 workers that loses 2 would read other examples at step k after the resize, and part 3's script
-refuses its checkpoint. With 64 all three have 22 steps: a good answer says to choose the global batch so that
-every world size the job may have gives the same epochs (or to count the position in the data in examples, not
-steps). Between 1 and 2 workers 80 is fine: 1438 is even, so 2 workers need no padding."""),
+A global batch of 80 gives epochs of 17 steps on 1 worker, 17 on 2 and 18 on 4 (check:
+lesson09.steps_per_epoch(80, 4, 18)). Of 1438 examples, one worker reads 1438 // 80 = 17 full batches; on 2
+workers each gets 719 and reads 719 // 40 = 17; on 4, DistributedSampler pads 1438 to 1440 so that every worker
+gets 360, and 360 // 20 = 18: the padding completes an 18th batch. A job on 4 workers that loses 2 would read
+other examples at step k after the resize, and part 3's script refuses its checkpoint. For 1, 2, 3 and 4
+workers the batch must divide by 12: 48 gives 29, 29, 30, 30 steps and 60 gives 23, 23, 24, 24 (the padding
+again), 64 does not divide among 3; the smallest that gives all four the same epochs is
+{VALUES[9, 3]["one batch for 1 to 4 workers"]}, 17 steps on each (check: lesson09.steps_per_epoch(84, 3, 17)).
+A good answer also names the other way out: count the position in the data in examples, not steps."""),
     (9, 4): (VALUE, f"""
 Llama 3's rate, 419 / (54 x 24 x 16,384) = 1.97e-5 interruptions per GPU-hour, gives 4,096 GPUs a mean time
 between failures of 12.4 h (742 min). Young's rule: sqrt(2 x 5 x 742) = {VALUES[9, 4]} minutes (check:

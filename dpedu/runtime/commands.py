@@ -8,17 +8,19 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
 import tempfile
 from collections.abc import Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
 from dpedu._validate import real
-from dpedu.runtime.processes import Supervisor, has_exited, stop_and_reap
+from dpedu.runtime.failures import leftover_processes
+from dpedu.runtime.processes import Supervisor, has_exited, signal_group, stop_and_reap
 
 
 @dataclass(frozen=True)
@@ -35,9 +37,11 @@ def run_together(commands: Sequence[Sequence[str]], *, timeout: float, cwd: str 
     """Start every command at once and wait for all; return what each printed, in order.
 
     ``start_when`` holds the commands back: command i starts once the text ``start_when[i]`` has
-    appeared in what the commands before it printed (``None``: at once, as without it), so that a cell
-    can start a second torchrun agent after the first one has reached a given step (lesson 09).
-    Each command runs in its own session, so stopping it also stops the processes it started.
+    appeared in what the commands before it printed on stdout (``None``: at once, as without it), so that a cell
+    can start a second torchrun agent after the first one has reached a given step (lesson 09); if
+    those commands all end without printing it, ``RuntimeError`` says so at once.
+    Each command runs in its own session, so stopping it also stops the processes it started, and
+    those it started in sessions of their own (torchrun's workers) are found and stopped too.
     If any is still running, or not yet started, after ``timeout`` seconds, or on Ctrl-C or any error
     here, all of them are stopped and reaped before the exception propagates (``TimeoutError`` names
     them); a second Ctrl-C during that clean-up is raised after it.
@@ -68,6 +72,10 @@ def run_together(commands: Sequence[Sequence[str]], *, timeout: float, cwd: str 
             while len(processes) < len(commands):
                 awaited = start_when[len(processes)]
                 if awaited is not None and awaited not in printed_so_far():
+                    # nothing left that could still print it (read again: it may have come as they ended)
+                    if processes and not running() and awaited not in printed_so_far():
+                        raise RuntimeError(f"{' '.join(commands[len(processes)])} waited for {awaited!r}, which the "
+                                           f"commands before it never printed; they have all ended")
                     return False
                 out, err = outputs[len(processes)]
                 processes.append(subprocess.Popen(list(commands[len(processes)]), cwd=cwd, env=environment,
@@ -81,14 +89,32 @@ def run_together(commands: Sequence[Sequence[str]], *, timeout: float, cwd: str 
             return TimeoutError(f"still running after timeout={timeout:g} s, stopped: {running()}"
                                 + (f"; never started: {waiting}" if waiting else ""))
 
-        # Stopped: every command's whole session (torchrun's workers too), whatever happens.
-        with Supervisor(lambda succeeded: stop_and_reap(processes, grace=2.0)) as supervisor:
+        # Stopped: every command's whole session and the sessions it started, whatever happens.
+        with Supervisor(lambda succeeded: _stop_with_their_sessions(processes)) as supervisor:
             supervisor.wait(start_those_due, timeout, timed_out)
         for out, err in outputs:
             out.seek(0)
             err.seek(0)
         return [Finished(list(c), p.returncode, out.read(), err.read())
                 for c, p, (out, err) in zip(commands, processes, outputs, strict=True)]
+
+
+def _command_line(pid: int) -> bytes | None:
+    with suppress(OSError):  # gone, or no /proc
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    return None
+
+
+def _stop_with_their_sessions(processes: list[subprocess.Popen]) -> None:
+    """``stop_and_reap`` the commands, then SIGKILL what they started in sessions of their own, which
+    signals to the commands' groups do not reach: torchrun starts each worker so, and a worker whose
+    agent is stopped before it could stop it would live on. They are listed first, while their parents
+    still name them (Linux; elsewhere only the commands' groups are stopped)."""
+    started = {pid: _command_line(pid) for p in processes if not has_exited(p) for pid in leftover_processes(p.pid)}
+    stop_and_reap(processes, grace=2.0)
+    for pid, command in started.items():
+        if command is not None and _command_line(pid) == command:  # still that process, not a new one
+            signal_group(pid, signal.SIGKILL)
 
 
 def installed_program(name: str) -> str:

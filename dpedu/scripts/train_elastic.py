@@ -19,8 +19,10 @@ float rounding of one that never did. Steps per epoch must not change either, or
 other examples after a resize: the script refuses a checkpoint whose epochs had another length.
 
 Two options make a node's coming and going happen at a known step, for lesson 09's comparison:
---leave-at-step S: on reaching step S, the workers of node 1 (GROUP_RANK 1) SIGKILL their agent and
-themselves, as when a machine is lost. --wait-at-step S: on reaching step S with fewer than
+--leave-at-step S, given to one node's command only: on reaching step S, that node's workers SIGKILL
+their agent and themselves, as when a machine is lost. (Not the node that serves the rendezvous: the job
+cannot outlive it. Group ranks come from each rendezvous, ordered by host and process id, so the node
+to lose is named by its command line.) --wait-at-step S: on reaching step S with fewer than
 --full-world workers, the workers checkpoint and wait (up to --join-timeout seconds) for the node that
 their agent will let in; a real job trains on, and the join costs it the steps since its last checkpoint.
 
@@ -36,7 +38,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from dpedu.cluster.checkpoints import load_checkpoint, save_atomically
+from dpedu.cluster.checkpoints import load_checkpoint, save_atomically, save_on_rank_zero
 
 # Importing dpedu.data_parallel.digits_ddp also imports torch._dynamo before the process group exists; a
 # script without it can abort at exit after using DDP (the note in dpedu/data_parallel/digits_ddp.py says why).
@@ -91,24 +93,20 @@ def train(args: argparse.Namespace) -> tuple[dict, int]:
     stops |= {s for s in (args.leave_at_step, args.wait_at_step) if s is not None and s < args.steps}
     step = start
     for stop in sorted(s for s in stops if s > start):
-        if step == args.leave_at_step and os.environ.get("GROUP_RANK") == "1":
+        if step == args.leave_at_step:
             leave()
         if step == args.wait_at_step and world < args.full_world:
-            save_and_wait = rank == 0
-            if save_and_wait:
-                save_atomically({**state, "step": step, "world": world, "steps_per_epoch": steps_per_epoch},
-                                args.checkpoint)
+            save_on_rank_zero({**state, "step": step, "world": world, "steps_per_epoch": steps_per_epoch},
+                              args.checkpoint)
+            if rank == 0:
                 print(f"step {step} on {world} worker(s): checkpointed, waiting for a node to join", flush=True)
-            dist.barrier()
             wait_for_a_node(args.join_timeout)
         state = digits_ddp.train(steps=stop - step, batch_size=per_worker, lr=args.lr, momentum=args.momentum,
                                  state=state, start_step=step)
         step = stop
         if step % args.checkpoint_every == 0:
-            if rank == 0:
-                save_atomically({**state, "step": step, "world": world, "steps_per_epoch": steps_per_epoch},
-                                args.checkpoint)
-            dist.barrier()  # no rank goes on before the checkpoint is on disk
+            save_on_rank_zero({**state, "step": step, "world": world, "steps_per_epoch": steps_per_epoch},
+                              args.checkpoint)
     return state, start
 
 
@@ -121,7 +119,7 @@ def main() -> None:
     parser.add_argument("--checkpoint", required=True, help="file every worker can read; rank 0 writes it")
     parser.add_argument("--checkpoint-every", type=int, default=10, help="steps between checkpoints")
     parser.add_argument("--final", help="where rank 0 saves the final parameters")
-    parser.add_argument("--leave-at-step", type=int, default=None, help="node 1 is lost at this step")
+    parser.add_argument("--leave-at-step", type=int, default=None, help="this node is lost at this step")
     parser.add_argument("--wait-at-step", type=int, default=None, help="wait here for a node to join")
     parser.add_argument("--full-world", type=int, default=None, help="workers in the whole job (--wait-at-step)")
     parser.add_argument("--join-timeout", type=float, default=60.0, help="seconds to wait for a node to join")

@@ -26,7 +26,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from dpedu.cluster.checkpoints import load_checkpoint, save_atomically
+from dpedu.cluster.checkpoints import load_checkpoint, save_atomically, save_on_rank_zero
 
 # Importing dpedu.data_parallel.digits_ddp also imports torch._dynamo before the process group exists; a
 # script without it can abort at exit after using DDP (the note in dpedu/data_parallel/digits_ddp.py says why).
@@ -63,10 +63,7 @@ def train(args: argparse.Namespace, attempt: int) -> tuple[dict, int]:
                           state=state, start_step=step)
         step = stop
         if step % args.checkpoint_every == 0:
-            if rank == 0:
-                save_atomically({**state, "step": step}, args.checkpoint)
-            # No rank goes on before the checkpoint is on disk: a failure from here on resumes from it.
-            dist.barrier()
+            save_on_rank_zero({**state, "step": step}, args.checkpoint)  # a failure from here on resumes from it
     return state, start
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from dpedu.cluster.checkpoints import load_checkpoint, save_atomically
+from dpedu import launch
+from dpedu.cluster.checkpoints import load_checkpoint, save_atomically, save_on_rank_zero
 from dpedu.models import mlp
 
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -129,3 +130,16 @@ def test_a_checkpoint_is_readable_as_the_umask_allows_not_only_by_its_owner(tmp_
     finally:
         os.umask(old)
     assert (tmp_path / "shared.pt").stat().st_mode & 0o777 == 0o644  # as torch.save's own file would be
+
+
+def _save_then_look(path):
+    import torch.distributed as dist  # inside the rank
+
+    save_on_rank_zero({"step": dist.get_rank()}, path)  # each rank offers its own: only rank 0's is written
+    return load_checkpoint(path)  # after the barrier, every rank finds rank 0's checkpoint whole
+
+
+def test_save_on_rank_zero_has_one_writer_and_every_rank_finds_its_checkpoint(tmp_path):
+    path = str(tmp_path / "checkpoint.pt")
+    assert launch(_save_then_look, 2, args=(path,)) == [{"step": 0}, {"step": 0}]
+    assert os.listdir(tmp_path) == ["checkpoint.pt"]  # no temporary file left

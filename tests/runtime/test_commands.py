@@ -45,10 +45,29 @@ def test_a_command_whose_text_never_comes_is_named_and_the_others_are_stopped():
     assert time.monotonic() - start < 1 + 10  # a hang check, not a speed test
 
 
+def test_a_command_whose_text_can_no_longer_come_fails_at_once():
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="waited for 'ready', which the commands before it never printed"):
+        run_together([[sys.executable, "-c", "print('something else')"], [sys.executable, "-c", "pass"]],
+                     timeout=60, start_when=[None, "ready"])
+    assert time.monotonic() - start < 30  # not the 60 s timeout
+
+
 @pytest.mark.parametrize("start_when", [[None], [None, ""], [None, 3]])
 def test_a_bad_start_when_is_refused_by_name(start_when):
     with pytest.raises(ValueError, match="start_when"):
         run_together([["echo"], ["echo"]], timeout=1, start_when=start_when)
+
+
+@pytest.mark.skipif(not Path("/proc").exists(), reason="reads /proc")
+def test_what_a_command_started_in_a_session_of_its_own_is_stopped_too(tmp_path):
+    # as torchrun starts its workers: out of reach of signals to the command's group
+    pidfile = tmp_path / "pid"
+    script = ("import subprocess, time; p = subprocess.Popen(['sleep', '60'], start_new_session=True); "
+              f"open({str(pidfile)!r}, 'w').write(str(p.pid)); time.sleep(60)")
+    with pytest.raises(TimeoutError, match="timeout=1"):
+        run_together([[sys.executable, "-c", script]], timeout=1)
+    assert gone_within(int(pidfile.read_text()))
 
 
 @pytest.mark.parametrize(("commands", "timeout"), [([], 1), (["echo hi"], 1), ([["echo"]], 0)])
