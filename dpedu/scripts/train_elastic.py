@@ -55,9 +55,7 @@ def leave() -> None:
 
 def wait_for_a_node(seconds: float) -> None:
     """Sleep until the agent stops this worker to let a new node in; SystemExit after ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        time.sleep(0.1)
+    time.sleep(seconds)
     raise SystemExit(f"no node joined within --join-timeout {seconds:g} s")
 
 
@@ -85,6 +83,10 @@ def train(args: argparse.Namespace) -> tuple[dict, int]:
     state = load_checkpoint(args.checkpoint)
     start = 0 if state is None else state["step"]
     per_worker, steps_per_epoch = batch_for_this_world(args.global_batch_size, state)
+
+    def checkpoint(state: dict, step: int) -> dict:  # what the next start needs to check its world against
+        return {**state, "step": step, "world": world, "steps_per_epoch": steps_per_epoch}
+
     if rank == 0:
         print(f"{world} worker(s), {per_worker} examples each a step: "
               + (f"resuming from the checkpoint of step {start}, written by {state['world']} worker(s)"
@@ -96,8 +98,7 @@ def train(args: argparse.Namespace) -> tuple[dict, int]:
         if step == args.leave_at_step:
             leave()
         if step == args.wait_at_step and world < args.full_world:
-            save_on_rank_zero({**state, "step": step, "world": world, "steps_per_epoch": steps_per_epoch},
-                              args.checkpoint)
+            save_on_rank_zero(checkpoint(state, step), args.checkpoint)
             if rank == 0:
                 print(f"step {step} on {world} worker(s): checkpointed, waiting for a node to join", flush=True)
             wait_for_a_node(args.join_timeout)
@@ -105,8 +106,7 @@ def train(args: argparse.Namespace) -> tuple[dict, int]:
                                  state=state, start_step=step)
         step = stop
         if step % args.checkpoint_every == 0:
-            save_on_rank_zero({**state, "step": step, "world": world, "steps_per_epoch": steps_per_epoch},
-                              args.checkpoint)
+            save_on_rank_zero(checkpoint(state, step), args.checkpoint)
     return state, start
 
 
