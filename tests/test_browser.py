@@ -41,7 +41,10 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted([*(ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"), *(ROOT / "notebooks").glob("appendix_*.ipynb")])
 SCREENSHOTS = ROOT / ".browser-failures"
 CHROMIUM = os.environ.get("DPEDU_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-RUN_LIMIT = 150.0  # seconds for "Run All" of one notebook on 2 cores
+# Seconds for "Run All" of one notebook on 2 cores: a hang detector, not the time budget (benchmarks/cell_times.py
+# checks that). Twice the longest lessons' 150-s bar: lesson 12 runs in about 112 s on an idle machine and did not
+# finish in 150 s while other jobs ran beside it, which says nothing about the notebook.
+RUN_LIMIT = 300.0
 REDRAW_LIMIT = 2.0  # seconds from a slider move to the new plot
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium: install it (Debian: apt-get install "
@@ -248,6 +251,7 @@ def _shut_down_kernels(url: str, token: str) -> None:
         urllib.request.urlopen(request, timeout=30).close()
 
 
+@pytest.mark.timeout(RUN_LIMIT + 120)  # the server and the browser start and stop around Run All
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda path: path.stem)
 def test_run_all_in_jupyterlab_shows_no_error_and_explorers_redraw(lab, browser, notebook):
     stored = json.loads(notebook.read_text())
