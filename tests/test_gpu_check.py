@@ -320,7 +320,8 @@ def test_the_gpu_notebooks_are_found_from_their_cells(tmp_path):
     assert [p.name for p in gpu_check.gpu_notebooks(tmp_path)] == ["a.ipynb", "b.ipynb"]
     assert [p.stem for p in gpu_check.gpu_notebooks()] == [
         "00_welcome", "01_gd_sgd_minibatch", "02_data_parallelism_by_hand", "03_ddp_from_a_notebook",
-        "10_sharding_and_memory", "11_splitting_the_model", "12_a_real_training_run", "appendix_circulating_code"]
+        "10_sharding_and_memory", "11_splitting_the_model", "12_a_real_training_run", "13_your_loop_in_accelerate",
+        "appendix_circulating_code"]
 
 
 def test_the_notebook_step_runs_each_lesson_alone_logs_it_and_gives_a_verdict_each(monkeypatch, tmp_path, capsys):
@@ -339,14 +340,15 @@ def test_the_notebook_step_runs_each_lesson_alone_logs_it_and_gives_a_verdict_ea
     monkeypatch.setattr(gpu_check, "run_together", fake_run_together)
     gpu_check.lessons.clear()
     gpu_check.run_checks([("notebooks", gpu_check.check_notebooks)])
-    assert all("--nbval-current-env" in command for command in seen) and len(seen) == 8
+    lessons = len(gpu_check.gpu_notebooks())
+    assert all("--nbval-current-env" in command for command in seen) and len(seen) == lessons
     assert gpu_check.lessons["00_welcome"] == "ran here"
     assert gpu_check.lessons["01_gd_sgd_minibatch"] == f"did not finish within {gpu_check.NOTEBOOK_LIMIT} s"
     assert gpu_check.lessons["03_ddp_from_a_notebook"] == (
         "failed: FAILED notebooks/03_ddp_from_a_notebook.ipynb::Cell 45")
     out = capsys.readouterr().out
     assert out.startswith("      00_welcome: ran here (")  # progress, lesson by lesson
-    assert "FAIL  notebooks              2 of 8 GPU lessons failed under nbval" in out
+    assert f"FAIL  notebooks              2 of {lessons} GPU lessons failed under nbval" in out
     log = (tmp_path / gpu_check.LOG).read_text()
     assert "===== 03_ddp_from_a_notebook.ipynb\nFAILED" in log and str(tmp_path / gpu_check.LOG) in out
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import dpedu
 
 PACKAGE = Path(dpedu.__file__).resolve().parent
-CONTENT = {"sgd", "data_parallel", "cluster", "beyond", "training_run"}  # the parts of the course
+CONTENT = {"sgd", "data_parallel", "cluster", "beyond", "training_run", "frameworks"}  # the parts of the course
 MACHINERY = {"runtime", "notebook"}
 
 

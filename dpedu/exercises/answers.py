@@ -60,6 +60,9 @@ VALUES: dict[tuple[int, int], object] = {
     (12, 1): 16,
     (12, 2): 8,
     (12, 3): 3e-3 * 51 / 100,
+    (13, 1): 8 * 4 * 3,
+    (13, 2): {"gather": 400, "gather_for_metrics": 359},
+    (13, 3): 0.1 / 4,
 }
 
 
@@ -485,6 +488,32 @@ is the mean of 4 means of 16 instead of 2 means of 32: equal in exact arithmetic
 rounding (about 1e-7 relative), because the sums run in another order; under no_sync the first micro-batch's
 gradient stays local and the last backward all-reduces the accumulated sum, so there is one all-reduce per
 step either way."""),
+    (13, 1): (VALUE, f"""
+8 examples x 4 micro-batches x 3 processes = {VALUES[13, 1]} (check: lesson13.examples_per_step(8, 4, 3,
+{VALUES[13, 1]})): the loader's batch_size is the per-process micro-batch, not the global batch."""),
+    (13, 2): (VALUE, f"""
+ceil(359 / 50) = 8 batches, dealt to 4 processes: 2 rounds of 4 x 50, so gather returns
+{VALUES[13, 2]["gather"]} (check: lesson13.gathered(359, 50, 4, {VALUES[13, 2]["gather"]})); the last batch (9
+examples) was padded to 50 from the start of the data. gather_for_metrics drops the 41 repeated ones:
+{VALUES[13, 2]["gather_for_metrics"]}, every example once."""),
+    (13, 3): (VALUE + " + " + RUBRIC, f"""
+{VALUES[13, 3]} (check: lesson13.twice_divided_lr(0.1, 4, {VALUES[13, 3]})): the gradient is divided by 4 twice,
+and SGD's step (its momentum buffer too) is linear in the gradient; weight decay, added after backward, is not
+divided, so with it the run is no longer exactly one at lr / 4. A good answer for Adam: its update is
+m / (sqrt(v) + eps), where m and v are running means of the gradient and of its square; dividing every
+gradient by 4 divides m by 4 and sqrt(v) by 4, so the update is unchanged except where sqrt(v) is not large
+against eps (1e-8). The mistake then hides, until the loop moves to SGD or its loss value is read."""),
+    (13, 4): (RUBRIC, """
+A good answer: the DDP wrapping and DistributedSampler go into accelerator.prepare; `ddp.no_sync()` becomes
+`with accelerator.accumulate(model):` around each micro-batch; `/ len(micro_batches)` goes (accelerator.backward
+divides); `scaler.scale(loss).backward()` becomes accelerator.backward(loss) and the GradScaler goes
+(mixed_precision="fp16" makes one on GPUs); `scaler.unscale_` + `clip_grad_norm_` become
+accelerator.clip_grad_norm_ under `if accelerator.sync_gradients:`; `scaler.step(optimizer)` +
+`scaler.update()` become optimizer.step() on every micro-batch (a no-op until the last); the `.to(device)` of
+each batch goes (the prepared loader moves it). What stays: the learning-rate schedule per optimizer step, but
+one iteration is now a micro-batch, so a schedule advanced by hand must advance only when
+accelerator.sync_gradients is true (a scheduler passed to prepare is stepped for you); and the global loss for
+the log (accelerator.reduce or gather)."""),
 }
 
 

@@ -36,6 +36,7 @@ LESSONS: tuple[Lesson, ...] = (
     Lesson(10, "Sharding: ZeRO, FSDP, mixed precision", "Beyond data parallelism"),
     Lesson(11, "Splitting the model: pipelines, tensors", "Beyond data parallelism"),
     Lesson(12, "A real training run, end to end", "In production"),
+    Lesson(13, "Your loop in accelerate, and back", "In production"),
 )
 
 

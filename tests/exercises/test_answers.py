@@ -23,7 +23,9 @@ from dpedu.exercises import (
     lesson10,
     lesson11,
     lesson12,
+    lesson13,
 )
+from dpedu.notebook.course import LESSONS
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
@@ -37,7 +39,7 @@ def _exercise_numbers(notebook: Path) -> list[int]:
     return []
 
 
-@pytest.mark.parametrize("lesson", range(13))
+@pytest.mark.parametrize("lesson", range(len(LESSONS)))
 def test_every_exercise_of_every_lesson_has_an_answer(lesson, capsys):
     (notebook,) = NOTEBOOKS.glob(f"{lesson:02d}_*.ipynb")
     numbers = _exercise_numbers(notebook)
@@ -61,7 +63,7 @@ def test_code_answers_are_printed_from_their_source_and_values_belong_to_exercis
     assert "def my_rank_and_size(environ" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize(("call", "name"), [(lambda: answers.answer(13), "lesson"),
+@pytest.mark.parametrize(("call", "name"), [(lambda: answers.answer(len(LESSONS)), "lesson"),
                                             (lambda: answers.answer(3, 6), "exercise"),
                                             (lambda: answers.answer(3, 0), "exercise")])
 def test_bad_arguments_are_refused_by_name(call, name):
@@ -161,3 +163,6 @@ def test_lesson11_and_12_answers_pass_the_checks():
     assert lesson12.micro_batch(96, 3, 2, values[12, 1])
     assert lesson12.padding(1000, 16, values[12, 2])
     assert lesson12.learning_rate_at(50, values[12, 3])
+    assert lesson13.examples_per_step(8, 4, 3, values[13, 1])
+    assert lesson13.gathered(359, 50, 4, values[13, 2]["gather"])
+    assert lesson13.twice_divided_lr(0.1, 4, values[13, 3])

@@ -1,0 +1,95 @@
+import sys
+
+import pytest
+import torch
+
+import dpedu
+from dpedu.frameworks.accelerate_loop import Settings, train_by_hand, train_with_accelerate
+from dpedu.runtime.rendezvous import free_port
+
+SHORT = Settings(steps=6)
+
+
+@pytest.fixture(scope="module")
+def both():
+    return dpedu.launch(train_by_hand, 2, (SHORT,)), dpedu.launch(train_with_accelerate, 2, (SHORT,))
+
+
+def test_the_two_loops_train_alike(both):
+    by_hand, accelerated = both
+    assert torch.equal(by_hand[0].parameters, by_hand[1].parameters)
+    assert torch.equal(accelerated[0].parameters, accelerated[1].parameters)
+    assert (by_hand[0].parameters - accelerated[0].parameters).abs().max() <= 1e-6
+    start = torch.cat([p.detach().flatten() for p in dpedu.models.mlp(64, 32, 10, seed=0).parameters()])
+    assert (by_hand[0].parameters - start).abs().max() > 1e-2  # it did train
+
+
+def test_one_all_reduce_and_one_update_per_step(both):
+    for record in (*both[0], *both[1]):
+        assert record.all_reduces == SHORT.steps and record.optimizer_steps == SHORT.steps
+
+
+def test_each_loop_reads_the_same_examples_per_step_dealt_differently(both):
+    by_hand, accelerated = both
+    m = SHORT.micro_batch
+    assert by_hand[0].indices[0] == list(range(0, 2 * m, 2)) and by_hand[1].indices[0] == list(range(1, 2 * m, 2))
+    assert accelerated[0].indices[0] == list(range(m)) and accelerated[1].indices[0] == list(range(m, 2 * m))
+    for run in both:
+        assert len(run[0].indices) == SHORT.steps * SHORT.accumulate
+        assert [sorted(a + b) for a, b in zip(run[0].indices, run[1].indices, strict=True)] == [
+            list(range(2 * m * i, 2 * m * (i + 1))) for i in range(SHORT.steps * SHORT.accumulate)]
+
+
+def test_the_clip_fires_and_the_losses_are_recorded_per_step(both):
+    for record in (*both[0], *both[1]):
+        assert record.clipped_steps == SHORT.steps and len(record.losses) == SHORT.steps
+        assert all(0 < loss < 5 for loss in record.losses)
+    global_losses = [[sum(step) / 2 for step in zip(run[0].losses, run[1].losses, strict=True)] for run in both]
+    assert max(abs(a - b) for a, b in zip(*global_losses, strict=True)) <= 1e-5  # the same examples per step
+
+
+def test_gather_keeps_the_padding_gather_for_metrics_drops_it(both):
+    evaluated = both[1][0].evaluated
+    assert evaluated["gather"] == 384 and evaluated["gather_for_metrics"] == 359
+    assert 0 < evaluated["correct"] <= 359
+
+
+def test_adam_barely_notices_the_loss_divided_twice():
+    settings = {"steps": 6, "clip": None, "optimizer": "adam", "lr": 0.01}
+    twice = dpedu.launch(train_with_accelerate, 2, (Settings(**settings, extra_division=True),))[0]
+    once = dpedu.launch(train_with_accelerate, 2, (Settings(**settings),))[0]
+    assert (twice.parameters - once.parameters).abs().max() <= 1e-4
+
+
+def test_dividing_twice_is_halving_the_learning_rate():
+    twice = dpedu.launch(train_with_accelerate, 2, (Settings(steps=6, clip=None, extra_division=True),))[0]
+    half = dpedu.launch(train_by_hand, 2, (Settings(steps=6, clip=None, lr=0.025),))[0]
+    assert (twice.parameters - half.parameters).abs().max() <= 1e-6
+
+
+@pytest.mark.parametrize("bad,match", [({"steps": 0}, "steps"), ({"lr": -0.1}, "lr"), ({"momentum": 1.5}, "momentum"),
+                                       ({"clip": 0.0}, "clip"), ({"micro_batch": 2.5}, "micro_batch"),
+                                       ({"optimizer": "lamb"}, "optimizer")])
+def test_settings_name_bad_values(bad, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        Settings(**bad)
+
+
+def test_a_run_longer_than_an_epoch_is_refused_by_name():
+    with pytest.raises(dpedu.RankFailedError, match="lower steps or micro_batch"):
+        dpedu.launch(train_by_hand, 2, (Settings(steps=100),))
+
+
+def test_the_script_under_accelerate_launch_and_torchrun_agrees(tmp_path, both):
+    env = {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "DPEDU_QUIET": "1"}
+    accelerate = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+                  "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                  "--main_process_port", str(free_port())]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    script = ["-m", "dpedu.scripts.train_accelerate", "--steps", str(SHORT.steps)]
+    done = dpedu.run_together([accelerate + script + ["--out", str(tmp_path / "a.pt")],
+                               torchrun + script + ["--out", str(tmp_path / "t.pt")]], timeout=120,
+                              env=env)
+    assert all(result.returncode == 0 for result in done), [result.stderr[-2000:] for result in done]
+    for name in ("a.pt", "t.pt"):
+        assert (torch.load(tmp_path / name) - both[1][0].parameters).abs().max() <= 1e-6
