@@ -19,6 +19,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.nn.utils import parameters_to_vector
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from dpedu import datasets, models
@@ -87,7 +88,7 @@ def _counted(record: Record, ddp: DDP, optimizer: torch.optim.Optimizer) -> None
 
 
 def _note(record: Record, index: torch.Tensor, loss: float, settings: Settings) -> None:
-    """Record a micro-batch's examples, and its loss into the mean of its optimizer step."""
+    """Record a micro-batch's examples, and its (undivided) loss into the mean of its optimizer step."""
     if len(record.indices) % settings.accumulate == 0:
         record.losses.append(0.0)
     record.indices.append(index.tolist())
@@ -116,15 +117,15 @@ def train_by_hand(settings: Settings) -> Record:
         for k in range(settings.accumulate):
             x, y, index = next(micro_batches)
             with model.no_sync() if k < settings.accumulate - 1 else nullcontext():
-                loss = F.cross_entropy(model(x), y) / settings.accumulate
-                loss.backward()
-            _note(record, index, loss.item() * settings.accumulate, settings)
+                loss = F.cross_entropy(model(x), y)
+                (loss / settings.accumulate).backward()
+            _note(record, index, loss.item(), settings)
         if settings.clip is not None:
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.clip)
             record.clipped_steps += int(norm > settings.clip)
         optimizer.step()
         optimizer.zero_grad()
-    record.parameters = torch.cat([p.detach().flatten() for p in model.module.parameters()])
+    record.parameters = parameters_to_vector(model.module.parameters()).detach()
     return record
 
 
@@ -154,7 +155,7 @@ def train_with_accelerate(settings: Settings, cpu: bool = True) -> Record:
             optimizer.step()  # a no-op on the micro-batches that only accumulate
             optimizer.zero_grad()
         _note(record, index, loss.item(), settings)
-    record.parameters = torch.cat([p.detach().flatten().cpu() for p in accelerator.unwrap_model(model).parameters()])
+    record.parameters = parameters_to_vector(accelerator.unwrap_model(model).parameters()).detach().cpu()
     record.evaluated = _evaluate(accelerator, model, held_out, settings.eval_batch)
     return record
 

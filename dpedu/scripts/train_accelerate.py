@@ -5,8 +5,7 @@
 
 Both start one process per rank with torchrun's variables set (``accelerate launch --multi_gpu`` calls torchrun's
 own code), and ``Accelerator()`` reads them: each process on its own GPU where there are GPUs (as many GPUs as
-processes), gloo on the CPU where there are none. Rank 0 saves the final
-parameters to ``--out``.
+processes), gloo on the CPU where there are none. Rank 0 saves the final parameters to ``--out``.
 """
 
 import argparse
