@@ -105,7 +105,9 @@ class LocalCluster:
         self.conf = directory / "slurm.conf"
         self.cpus = os.cpu_count() or 1
         # A notebook itself run under Slurm has SLURM_JOB_ID etc.: srun would look for that job here.
-        self.env = {**{k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}, "SLURM_CONF": str(self.conf)}
+        # TMPDIR: what the daemons and jobs leave in a temporary folder (a job's torchrun: its logs) goes with ours.
+        self.env = {**{k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}, "SLURM_CONF": str(self.conf),
+                    "TMPDIR": str(directory)}
         self.daemons: dict[str, subprocess.Popen] = {}
 
     def _client(self, *args: str, cwd: str | Path | None = None, env: Mapping[str, str] | None = None,

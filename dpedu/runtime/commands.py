@@ -40,6 +40,8 @@ def run_together(commands: Sequence[Sequence[str]], *, timeout: float, cwd: str 
     appeared in what the commands before it printed on stdout (``None``: at once, as without it), so that a cell
     can start a second torchrun agent after the first one has reached a given step (lesson 09); if
     those commands all end without printing it, ``RuntimeError`` says so at once.
+    The commands' ``TMPDIR`` is a folder removed when they end, unless ``env`` sets it: what they leave
+    there (torchrun's logs) goes with it.
     Each command runs in its own session, so stopping it also stops the processes it started, and
     those it started in sessions of their own (torchrun's workers) are found and stopped too.
     If any is still running, or not yet started, after ``timeout`` seconds, or on Ctrl-C or any error
@@ -54,13 +56,15 @@ def run_together(commands: Sequence[Sequence[str]], *, timeout: float, cwd: str 
                                                for t in start_when):
         raise ValueError(f"start_when must hold, for each of the {len(commands)} commands, a text to wait for "
                          f"or None, got {start_when!r}")
-    environment = {**os.environ, **(env or {})}
     processes: list[subprocess.Popen] = []
 
     def running() -> list[str]:
         return [" ".join(c) for c, p in zip(commands[:len(processes)], processes, strict=True) if not has_exited(p)]
 
     with tempfile.TemporaryDirectory(prefix="dpedu-run-") as logs, ExitStack() as files:
+        # The commands' temporary folder is ``logs``, removed with it: torchrun and accelerate launch would
+        # otherwise leave a torchelastic_* folder in the system's on every run.
+        environment = {**os.environ, "TMPDIR": logs, **(env or {})}
         outputs = [tuple(files.enter_context(open(os.path.join(logs, f"{i}.{stream}"), "w+"))
                          for stream in ("out", "err")) for i in range(len(commands))]
 

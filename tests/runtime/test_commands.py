@@ -1,4 +1,5 @@
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -110,3 +111,14 @@ def test_a_missing_program_says_where_it_looked_and_what_to_install(monkeypatch,
         commands.installed_program("mpiexec")
     with pytest.raises(ValueError, match="name must be a program's name"):
         commands.installed_program("bin/mpiexec")
+
+
+def test_what_the_commands_leave_in_their_temporary_folder_goes_with_them(tmp_path, monkeypatch):
+    """Without it, every torchrun run would leave a torchelastic_* folder in the temporary folder."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1",
+                "-m", "json.tool", "--help"]
+    [run] = run_together([torchrun], timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert list(tmp_path.iterdir()) == []
