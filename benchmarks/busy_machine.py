@@ -1,11 +1,11 @@
 """The lessons on a machine that is not idle: green, or saying why a timing claim cannot be shown.
 
     .venv/bin/python benchmarks/busy_machine.py --busy-core [notebooks/04_*.ipynb ...]
-    .venv/bin/python benchmarks/busy_machine.py --class 04 11 12
+    .venv/bin/python benchmarks/busy_machine.py --class 05 12 13
 
 --busy-core: another program keeps one core busy (a Python loop at normal priority, as a browser tab or
   an indexer would) while the notebooks run one after the other under strict nbval; by default the
-  lessons that assert times (01, 04, 07, 10, 11, 12).
+  lessons that assert times (01, 04, 05, 08, 11, 12, 13).
 --class: several learners at once: each named lesson runs under strict nbval in a process of its own, all
   started together, as on a class server where learners run the same heavy cells at the same moment.
 Either way every run must pass: a timing claim the machine cannot show prints why instead of failing.
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TIMED_LESSONS = ["01", "04", "07", "10", "11", "12"]
+TIMED_LESSONS = ["01", "04", "05", "08", "11", "12", "13"]
 NBVAL = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--nbval", "--nbval-cell-timeout=300",
          "--nbval-sanitize-with", "nbval_sanitize.cfg", "--timeout=900"]
 

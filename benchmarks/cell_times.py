@@ -6,7 +6,7 @@ Executes each notebook (all lessons by default) in a fresh kernel, on a copy (th
 left alone), with the explorers static as under the tests, and prints per notebook its total time,
 the time of each part (the cells under each "## " heading: what a teacher's demo of that part costs),
 its slowest cells (index counting every cell from 0, markdown included, and first line) and every
-code cell over the course's budget (15 s; 30 s for lessons 08, 09 and 12). The times are wall-clock on
+code cell over the course's budget (15 s; 30 s for lessons 09, 10 and 13). The times are wall-clock on
 this machine, once: run it on a quiet machine, and more than once before quoting a figure.
 With --stored nothing runs: the times are those the notebook recorded when it was last executed
 (nbclient stores each cell's start and end in its metadata), kernel start-up left out.
@@ -23,7 +23,7 @@ import nbformat
 from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[1]
-CELL_BUDGET_S = {"08": 30.0, "09": 30.0, "12": 30.0}  # lessons that start torchrun, mpiexec and Slurm jobs
+CELL_BUDGET_S = {"09": 30.0, "10": 30.0, "13": 30.0}  # lessons that start torchrun, mpiexec and Slurm jobs
 
 
 class TimedClient(NotebookClient):

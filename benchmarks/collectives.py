@@ -1,4 +1,4 @@
-"""Lesson 04's from-scratch communication against torch's own, both measured in the same run.
+"""Lessons 04 and 05's from-scratch communication against torch's own, both measured in the same run.
 
     .venv/bin/python benchmarks/collectives.py [--repeats 11] [--world-sizes 2 4] [--steps 30] [--skip-ddp]
 

@@ -1,6 +1,6 @@
 """What torch.compile costs and gives under DDP on this machine: eager against ``DDP(torch.compile(model))``
 with torch's default backend (inductor, which writes and compiles C++ on a CPU, Triton kernels on a GPU)
-and with "aot_eager" (traced, no code generated), on lesson 04's 4-layer model, 2 ranks over gloo.
+and with "aot_eager" (traced, no code generated), on lesson 05's 4-layer model, 2 ranks over gloo.
 
     .venv/bin/python benchmarks/compiled_ddp.py [--steps 10]
 

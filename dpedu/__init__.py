@@ -4,21 +4,21 @@ Public API (stable names that notebooks and outside checks rely on):
 - ``launch``: run a function on several ranks from a notebook cell (lesson 00 on).
 - ``RankFailedError``, ``LaunchTimeoutError``: what ``launch`` raises when a rank fails or hangs.
 - ``free_port``: a free local port for a rendezvous (lesson 03's torchrun cells).
-- ``run_together``: run several commands at once (torchrun agents, mpirun), none left behind (lessons 03, 08, 09).
+- ``run_together``: run several commands at once (torchrun agents, mpirun), none left behind (lessons 03, 09, 10).
 - ``leftover_processes``: the live processes a cell left behind, to assert there are none.
 - ``gpu_count``: how many GPUs torch can use, counted without initialising CUDA.
 - ``ring_all_reduce``: all-reduce written from point-to-point messages, the ring (lesson 04).
-- ``MiniDDP``: DistributedDataParallel from scratch, gradient buckets overlapped with backward (lesson 04).
+- ``MiniDDP``: DistributedDataParallel from scratch, gradient buckets overlapped with backward (lesson 05).
 - ``environment_report``: versions, cores, GPUs, distributed backends, and how ranks start here.
-- ``delayed_gd``: gradient descent with gradients a fixed number of steps stale (lesson 05).
-- ``simple_noise_scale``, ``two_batch_noise_scale``: the gradient noise scale B_simple (lesson 06).
-- ``SyncBatchNorm``: BatchNorm over the global batch of all ranks, written with all-reduce (lesson 07).
+- ``delayed_gd``: gradient descent with gradients a fixed number of steps stale (lesson 06).
+- ``simple_noise_scale``, ``two_batch_noise_scale``: the gradient noise scale B_simple (lesson 07).
+- ``SyncBatchNorm``: BatchNorm over the global batch of all ranks, written with all-reduce (lesson 08).
 - ``use_course_style``: the course's matplotlib style.
 
 The rest lives in one folder per topic, each module named for its concept and readable in
 one sitting (each package's docstring lists its modules):
-- ``sgd``: lessons 01, 05, 06; ``data_parallel``: lessons 02, 03, 04, 07; ``cluster``: lessons 08, 09;
-  ``beyond``: lessons 10 and 11; ``training_run``: lesson 12. These content packages never import one another.
+- ``sgd``: lessons 01, 06, 07; ``data_parallel``: lessons 02 to 05, 08; ``cluster``: lessons 09, 10;
+  ``beyond``: lessons 11 and 12; ``training_run``: lesson 13. These content packages never import one another.
 - ``scripts``: the programs lessons start with torchrun, mpiexec or sbatch, run as modules
   (``torchrun -m dpedu.scripts.train_ddp``) so that a lesson opened alone finds them.
 - ``runtime``: how ranks and commands are started, supervised and reaped (what every lesson uses, none teaches);

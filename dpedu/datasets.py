@@ -3,7 +3,7 @@
 Nothing is downloaded: both come with the scikit-learn package. Features are standardised with the
 training split's statistics; the split is fixed by ``seed`` so every lesson sees the same data.
 
-Used in lessons 01–07 and 10.
+Used in lessons 01–08 and 11.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The course's GPU self-check: ``./course check-gpu`` (``python -m dpedu.gpu_check``).
 
 CI has no GPU, so the GPU branches of the course (the lessons whose cells count GPUs, found from the
-notebooks themselves, ``dpedu.scripts.train_ddp`` and lesson 12's ``dpedu.scripts.train_addition``) are tested
+notebooks themselves, ``dpedu.scripts.train_ddp`` and lesson 13's ``dpedu.scripts.train_addition``) are tested
 there only by faking what torch reports. On a machine with GPUs this module runs them for real, each against
 the CPU reference its lesson uses, one line per check: PASS or FAIL, what it measured against which
 tolerance, and its time; a FAIL says what to do, a PASS may carry a note (a warning a rank printed, a
@@ -188,7 +188,7 @@ def train_addition_summary(stdout: str) -> dict:
 
 def check_torchrun_train_addition() -> str:
     ranks = min(2, start_methods.gpu_count())  # the script uses GPUs only when each local rank can have one
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "DPEDU_QUIET": "1", **on_loopback()}  # as lesson 12 runs it
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "DPEDU_QUIET": "1", **on_loopback()}  # as lesson 13 runs it
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}",
                "-m", "dpedu.scripts.train_addition", "--steps", "100", "--warmup", "20"]
     run = run_together([command], timeout=300, env=env)[0]  # reaps torchrun's workers too
@@ -244,9 +244,9 @@ def check_data_parallel() -> str:
 def check_sync_batchnorm() -> str:
     kind, ranks = sync_batchnorm_on_this_machine([3, 5])
     reference = batchnorm_step([3, 5], "plain")
-    tolerance = 1e-4 if kind == "torch" else 1e-5  # lesson 07's: GPU kernels round differently
+    tolerance = 1e-4 if kind == "torch" else 1e-5  # lesson 08's: GPU kernels round differently
 
-    def largest_gap(key: str) -> float:  # lesson 07's comparison, relative to the reference's largest value
+    def largest_gap(key: str) -> float:  # lesson 08's comparison, relative to the reference's largest value
         if key in ("output", "input grad"):  # each rank holds its own slice of the batch
             gap = (torch.cat([r[key] for r in ranks]) - reference[key]).abs().max()
         else:  # every rank holds all of it
@@ -272,7 +272,7 @@ def check_fsdp2() -> str:
 
 def check_float16_gradscaler() -> str:
     final = launch(lambda: {p: train_digits(p, steps=60, lr=0.3, hidden=64, device="cuda")[-1]
-                            for p in ("float32", "float16")}, 1, backend="nccl")[0]  # lesson 10's cell
+                            for p in ("float32", "float16")}, 1, backend="nccl")[0]  # lesson 11's cell
     gap = abs(final["float32"] - final["float16"])
     figure = (f"loss after 60 steps: float32 {final['float32']:.3f}, float16 + GradScaler {final['float16']:.3f}: "
               f"|difference| {gap:.1e} (tolerance 0.02)")

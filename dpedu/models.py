@@ -1,8 +1,8 @@
 """The course's small models, built from a seed so that every run starts from the same weights, and
-comparisons of parameters: between two sets (lessons 02, 03, 07 check "the same model" with it), between
-runs (a checksum) and between ranks (lessons 03 and 12, and their scripts).
+comparisons of parameters: between two sets (lessons 02, 03, 08 check "the same model" with it), between
+runs (a checksum) and between ranks (lessons 03 and 13, and their scripts).
 
-Used in lessons 01–07, 10 and 12.
+Used in lessons 01–08, 11 and 13.
 """
 
 from __future__ import annotations

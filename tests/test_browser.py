@@ -42,7 +42,7 @@ NOTEBOOKS = sorted([*(ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"), *(ROOT / "
 SCREENSHOTS = ROOT / ".browser-failures"
 CHROMIUM = os.environ.get("DPEDU_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 # Seconds for "Run All" of one notebook on 2 cores: a hang detector, not the time budget (benchmarks/cell_times.py
-# checks that). Twice the longest lessons' 150-s bar: lesson 12 runs in about 112 s on an idle machine and did not
+# checks that). Twice the longest lessons' 150-s bar: lesson 13 runs in about 112 s on an idle machine and did not
 # finish in 150 s while other jobs ran beside it, which says nothing about the notebook.
 RUN_LIMIT = 300.0
 REDRAW_LIMIT = 2.0  # seconds from a slider move to the new plot

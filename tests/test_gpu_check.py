@@ -195,7 +195,7 @@ def test_what_ranks_print_on_stderr_is_a_note_under_a_pass_not_a_failure(fake_gp
 def test_the_sync_batchnorm_check_runs_on_cpu_ranks_without_a_gpu():
     if start_methods.gpu_count():
         pytest.skip("this machine has GPUs")
-    assert "dpedu.SyncBatchNorm on 2 CPU ranks" in gpu_check.check_sync_batchnorm()  # lesson 07's CPU path
+    assert "dpedu.SyncBatchNorm on 2 CPU ranks" in gpu_check.check_sync_batchnorm()  # lesson 08's CPU path
 
 
 def _running_with(text: str) -> list[str]:
@@ -320,7 +320,7 @@ def test_the_gpu_notebooks_are_found_from_their_cells(tmp_path):
     assert [p.name for p in gpu_check.gpu_notebooks(tmp_path)] == ["a.ipynb", "b.ipynb"]
     assert [p.stem for p in gpu_check.gpu_notebooks()] == [
         "00_welcome", "01_gd_sgd_minibatch", "02_data_parallelism_by_hand", "03_ddp_from_a_notebook",
-        "10_sharding_and_memory", "11_splitting_the_model", "12_a_real_training_run", "13_your_loop_in_accelerate",
+        "11_sharding_and_memory", "12_splitting_the_model", "13_a_real_training_run", "14_your_loop_in_accelerate",
         "appendix_circulating_code"]
 
 

@@ -96,7 +96,7 @@ def test_private_names_stay_inside_their_package():
 
 def test_the_scripts_are_run_not_imported_by_the_rest_of_dpedu():
     # dpedu.scripts may import every part (as a notebook does); nothing imports a script, so that starting
-    # one with `torchrun -m` is the only way it runs (lesson 12 imports train_addition only to show it)
+    # one with `torchrun -m` is the only way it runs (lesson 13 imports train_addition only to show it)
     importing = [f"{module} -> {target}" for module, targets in _imports().items() for target in targets
                  if _part(target) == "scripts" and _part(module) != "scripts"]
     assert not importing

@@ -1,4 +1,4 @@
-"""Beyond plain data parallelism: splitting the model and its memory (lessons 10 and 11).
+"""Beyond plain data parallelism: splitting the model and its memory (lessons 11 and 12).
 
 - ``model_parallel``: layers split across ranks, activations sent forward and gradients back.
 - ``pipeline``: micro-batches, GPipe and 1F1B schedules, the bubble.

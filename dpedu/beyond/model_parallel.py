@@ -5,11 +5,11 @@ the activation from rank r - 1, runs its stage and sends the result to rank r + 
 computes the loss. In backward the gradient of each activation travels the other way. Nothing is
 approximated: the same numbers are computed as in one process, only in other processes, so outputs,
 gradients and trained parameters equal the single-process model's up to float rounding. What it costs:
-while one stage works, the others wait (lesson 11 measures the timeline); ``pipeline`` fixes that.
+while one stage works, the others wait (lesson 12 measures the timeline); ``pipeline`` fixes that.
 
 Tensor parallelism splits inside a layer instead: ``Copy`` and ``Sum`` are Megatron-LM's *f* and *g*,
 and ``megatron_mlp`` the column- then row-parallel MLP block built from them, over any process group
-(lesson 11 part 3 on all ranks, part 5 on the tensor-parallel pairs of a 2-D layout).
+(lesson 12 part 3 on all ranks, part 5 on the tensor-parallel pairs of a 2-D layout).
 """
 
 from __future__ import annotations

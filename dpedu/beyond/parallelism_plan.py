@@ -27,7 +27,7 @@ Assumptions, all stated so that they can be argued with:
   tensor parallelism 2, 4, 8 inside a node, then pipeline stages across nodes, each again with those
   remedies. Memory only: time and traffic are not compared.
 
-Used in lesson 11.
+Used in lesson 12.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """Sharded checkpoints: an FSDP2 model saved by every rank with ``torch.distributed.checkpoint`` (DCP).
 
 Under DDP every rank holds the whole model, so rank 0's ``torch.save`` is a whole checkpoint (lessons
-03 and 08). Under FSDP each rank holds a shard: rank 0's ``state_dict()`` is a dict of DTensors whose
+03 and 09). Under FSDP each rank holds a shard: rank 0's ``state_dict()`` is a dict of DTensors whose
 local parts are a 1/N share, and saving them on rank 0 alone would lose the rest (``save`` measures the
 share). DCP writes one file per rank and a ``.metadata`` file that records which slice of which tensor
 lies where, so that a different number of ranks, with another sharding, can load it (``load``).
-Used in lesson 10 (part 3).
+Used in lesson 11 (part 3).
 """
 
 from __future__ import annotations

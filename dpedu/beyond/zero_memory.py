@@ -21,7 +21,7 @@ its gradients in flat buckets for the all-reduce; only with ``gradient_as_bucket
 default) are the parameters' ``.grad`` views of those buckets, else every gradient is held twice:
 ``train`` measures both.
 
-Used in lesson 10 (and its byte layouts in lesson 11).
+Used in lesson 11 (and its byte layouts in lesson 12).
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def tanh_mlp(seed: int = 0) -> nn.Sequential:
 
 
 def batch(rank: int, step: int, size: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rank ``rank``'s inputs and targets at ``step``: the same on any number of ranks (``train`` and lesson 10's
+    """Rank ``rank``'s inputs and targets at ``step``: the same on any number of ranks (``train`` and lesson 11's
     other trainings use them, so that their parameters compare)."""
     generator = torch.Generator().manual_seed(1000 * step + rank)
     return torch.randn(size, 16, generator=generator), torch.randn(size, 4, generator=generator)
@@ -103,7 +103,7 @@ def batch(rank: int, step: int, size: int = 8) -> tuple[torch.Tensor, torch.Tens
 def train(kind: str, *, steps: int, lr: float = 1e-2, device: str | torch.device = "cpu",
           bucket_view: bool = True) -> dict:
     """Inside ranks: train ``tanh_mlp()`` with Adam for ``steps`` steps under ``kind`` ("ddp", "zero1" or
-    "fsdp"; or "hsdp": FSDP2 on a 2-D mesh, rows of 2 ranks, lesson 10 part 3), each rank on its own
+    "fsdp"; or "hsdp": FSDP2 on a 2-D mesh, rows of 2 ranks, lesson 11 part 3), each rank on its own
     batches, on ``device`` (the CPU, or this rank's GPU under nccl).
     Returns the whole trained parameters (on the CPU), the bytes this rank holds after the last step
     (``held_bytes``), what its collectives sent in the last step, by kind (``traffic``, from

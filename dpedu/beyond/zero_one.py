@@ -16,7 +16,7 @@ each rank steps the whole parameters it owns (a greedy split by parameter, so sh
 broadcasts them. ``Zero1Optimizer`` splits by element, so every rank holds exactly 1/N of the state.
 ``train_zero_one`` trains ``zero_memory.tanh_mlp`` with it, on the batches ``zero_memory.train`` uses.
 
-Used in lesson 10.
+Used in lesson 11.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Scaling out to real clusters, and what goes wrong there (lessons 08 and 09, and the appendix).
+"""Scaling out to real clusters, and what goes wrong there (lessons 09 and 10, and the appendix).
 
 - ``rank_variables``: who am I, read from torchrun's, MPI's or Slurm's environment variables.
 - ``slurm``: a one-node Slurm cluster started and stopped from a cell (``python -m dpedu.cluster.slurm``).

@@ -7,7 +7,7 @@ the checkpoint and renames it over the old one; ``load_checkpoint`` reads it bac
 
 ``save_on_rank_zero`` is what every rank of a DDP job calls: one writer, then a barrier.
 
-Used in lesson 09 (and by ``dpedu.scripts.train_resumable`` and ``train_elastic``).
+Used in lesson 10 (and by ``dpedu.scripts.train_resumable`` and ``train_elastic``).
 """
 
 from __future__ import annotations

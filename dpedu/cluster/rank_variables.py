@@ -1,4 +1,4 @@
-"""Who am I? Each launcher tells a process its rank in its own environment variables (lesson 08).
+"""Who am I? Each launcher tells a process its rank in its own environment variables (lesson 09).
 
 ``init_process_group`` reads torch's names (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``);
 torchrun sets them. ``mpiexec`` and ``srun`` set their own, so a script started by them maps theirs

@@ -1,4 +1,4 @@
-"""A one-node Slurm cluster on this machine (lesson 08): submit with ``sbatch`` and ``srun`` as on a real one.
+"""A one-node Slurm cluster on this machine (lesson 09): submit with ``sbatch`` and ``srun`` as on a real one.
 
 ``local_cluster()`` writes a ``slurm.conf`` for one node, this machine as ``localhost``, into a fresh
 temporary directory, starts Slurm's controller (``slurmctld``) and node daemon (``slurmd``) there, and
@@ -52,7 +52,7 @@ def unavailable_reason() -> str | None:
         return (f"Slurm is not installed ({', '.join(missing)} not found): as root on Debian/Ubuntu, "
                 "`apt-get install slurm-wlm`")
     if (os.cpu_count() or 1) < 2:
-        return "lesson 08's batch job runs 2 ranks with a CPU each, and this machine has 1 CPU"
+        return "lesson 09's batch job runs 2 ranks with a CPU each, and this machine has 1 CPU"
     if os.geteuid() != 0:
         return "starting Slurm's daemons needs root: run the notebook as root, e.g. in a container"
     return None

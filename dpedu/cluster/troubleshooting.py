@@ -1,4 +1,4 @@
-"""When distributed training goes wrong: trigger a failure for real and see what the learner sees (lesson 09).
+"""When distributed training goes wrong: trigger a failure for real and see what the learner sees (lesson 10).
 
 ``observe`` runs a function on ranks with ``dpedu.launch`` and, instead of raising, returns what
 happened: how it ended, how long it took, the error's own words and what the ranks printed. A crashing

@@ -2,7 +2,7 @@
 overlap backward.
 
 A compiled model runs its whole backward as one graph, so every gradient would appear at its end, and
-DDP could not start a bucket's all-reduce while the rest of backward runs (lesson 04). Dynamo's
+DDP could not start a bucket's all-reduce while the rest of backward runs (lesson 05). Dynamo's
 ``DDPOptimizer`` (on while ``torch._dynamo.config.optimize_ddp`` is True) therefore cuts the graph
 where DDP's buckets end: one compiled graph per bucket, each graph's backward handing its bucket's
 gradients to DDP before the next graph's backward starts.
@@ -12,7 +12,7 @@ issued when that graph's backward began; ``step_seconds`` times the first (compi
 ones, compiled or not. The model is 4 layers of 1 MB each and DDP's buckets hold 1 MB, so one bucket per
 layer.
 
-Used in lesson 04.
+Used in lesson 05.
 """
 
 from __future__ import annotations

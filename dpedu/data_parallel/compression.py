@@ -1,4 +1,4 @@
-"""Sending fewer bytes per step: DDP communication hooks (lesson 04).
+"""Sending fewer bytes per step: DDP communication hooks (lesson 05).
 
 A DDP communication hook gets each gradient bucket and decides what to send. torch ships
 ``fp16_compress_hook`` (send the bucket in float16: half the bytes) and ``powerSGD_hook`` (send a low-rank

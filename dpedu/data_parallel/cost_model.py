@@ -12,7 +12,7 @@ Patarasuk & Yuan 2009)
 (plus the time to add, which on CPUs goes into β). Small messages cost α, large ones n·β; the size
 where the two are equal, n½ = p·α/β, tells which regime a gradient bucket is in.
 
-Used in lessons 04 and 08.
+Used in lessons 04 and 09.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from dpedu._validate import real, whole
 
 __all__ = ["time_all_reduce", "time_side_by_side", "fit_alpha_beta", "ring_time", "LINK_BANDWIDTH"]
 
-# Published bandwidths per direction, in bytes per second (lessons 04 and 08 cite them):
+# Published bandwidths per direction, in bytes per second (lessons 04 and 09 cite them):
 # NVLink: 900 GB/s in total per H100 SXM GPU, both directions together (NVIDIA H100 Tensor Core GPU
 # datasheet); InfiniBand NDR: 400 Gb/s per port (NVIDIA ConnectX-7 and Quantum-2 product briefs);
 # Ethernet: the line rates of the IEEE 802.3 standards.

@@ -1,4 +1,4 @@
-"""What ``DistributedDataParallel``'s constructor settings do, and what they cost (lesson 04).
+"""What ``DistributedDataParallel``'s constructor settings do, and what they cost (lesson 05).
 
 Each function runs inside every rank of a ``dpedu.launch``:
 
@@ -6,7 +6,7 @@ Each function runs inside every rank of a ``dpedu.launch``:
   setting: DDP's error without ``find_unused_parameters`` or ``static_graph``, a ``.grad`` of None with them.
 - ``gradient_bytes``: the memory the gradients and the buckets occupy together, counted by address, for
   torch DDP with and without ``gradient_as_bucket_view`` and for MiniDDP.
-- ``setting_step_times``: lesson 04's timing model under several settings, trained in turn, one step each
+- ``setting_step_times``: lesson 05's timing model under several settings, trained in turn, one step each
   round (as ``ddp_timing.step_times`` does), with what each setting all-reduces in a step and the
   warnings DDP wrote.
 """

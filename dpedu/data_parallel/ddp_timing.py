@@ -1,4 +1,4 @@
-"""Four ways to average gradients, timed on the same model (lesson 04 and ``benchmarks/collectives.py``).
+"""Four ways to average gradients, timed on the same model (lesson 05 and ``benchmarks/collectives.py``).
 
 ``step_times`` runs inside every rank of a ``dpedu.launch``: it builds one model per version and
 trains them in turn, one step each round, so that a busy moment of a shared machine slows every

@@ -1,4 +1,4 @@
-"""Lesson 07's experiments: a small conv net with BatchNorm on the digits, on N ranks or in one process.
+"""Lesson 08's experiments: a small conv net with BatchNorm on the digits, on N ranks or in one process.
 
 ``train`` runs inside a rank started by ``dpedu.launch`` (``ddp=True``) or in a plain process
 (``ddp=False``, the reference with the whole batch). Its options are the conditions under which N
@@ -6,7 +6,7 @@ ranks of batch b equal one process of batch N·b, each of which can be broken on
 layer, the loss reduction, the sampler's seed, the shards' padding, and the random streams of
 dropout and augmentation.
 
-Used in lesson 07.
+Used in lesson 08.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""DistributedDataParallel from scratch, in two versions (lesson 04; Li et al. 2020, arXiv:2006.15704).
+"""DistributedDataParallel from scratch, in two versions (lesson 05; Li et al. 2020, arXiv:2006.15704).
 
 ``average_gradients`` is the first idea: after ``loss.backward()``, all-reduce every parameter's
 gradient, one message each, while nothing else happens. ``MiniDDP`` is what torch DDP does instead:
@@ -7,7 +7,7 @@ gradient, one message each, while nothing else happens. ``MiniDDP`` is what torc
 - the gradients live in a few flat **buckets**, formed once, here: parameters in reverse registration
   order (roughly the order backward produces them), a new bucket whenever the next one would take the
   bucket past ``bucket_cap_mb`` (a bucket holds at most the cap, unless one parameter alone is larger).
-  torch DDP forms its buckets differently (torch 2.13, ``find_unused_parameters=False``; lesson 04
+  torch DDP forms its buckets differently (torch 2.13, ``find_unused_parameters=False``; lesson 05
   measures it): its first backward all-reduces every gradient as one bucket and records the order in
   which they arrived; before the second forward it rebuilds the buckets in that order, closing a bucket
   once it *reaches* the cap (so it can exceed the cap by up to one tensor), the first one once it

@@ -1,13 +1,13 @@
-"""torch DDP's overlap seen by ``torch.profiler`` (lesson 04, "A profiler's view of DDP's overlap").
+"""torch DDP's overlap seen by ``torch.profiler`` (lesson 05, "A profiler's view of DDP's overlap").
 
-``profile_ddp_steps`` runs inside every rank of a ``dpedu.launch``: it trains lesson 04's timing model
+``profile_ddp_steps`` runs inside every rank of a ``dpedu.launch``: it trains lesson 05's timing model
 wrapped in torch DDP for a few steps, profiles each step on the CPU, and returns, per step, when each
 ``gloo:all_reduce`` ran and when each backward op (``autograd::engine::evaluate_function: ...``) ran.
 It also writes the Chrome trace of the last step, to be opened in chrome://tracing or
 https://ui.perfetto.dev.
 
 ``reducer_copies`` counts, the same way, the copies torch's reducer makes between the ``.grad`` tensors
-and the buckets, which ``gradient_as_bucket_view`` saves (lesson 04, "DDP's settings").
+and the buckets, which ``gradient_as_bucket_view`` saves (lesson 05, "DDP's settings").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Synchronised BatchNorm written with all-reduce: ``dpedu.SyncBatchNorm``, lesson 07.
+"""Synchronised BatchNorm written with all-reduce: ``dpedu.SyncBatchNorm``, lesson 08.
 
 Under data parallelism each rank sees only its shard of the global batch, so a plain ``nn.BatchNorm``
 normalises every shard with that shard's own mean and variance ("ghost" BatchNorm). SyncBatchNorm

@@ -1,4 +1,4 @@
-"""Model answers and rubrics for the exercises at the end of lessons 00 to 12, printed only on request.
+"""Model answers and rubrics for the exercises at the end of lessons 00 to 13, printed only on request.
 
 ``answer(lesson)`` lists a lesson's exercises and the kind of answer each has; ``answer(lesson, n)`` prints
 exercise n's. The kinds: a **computed value** (a number or a formula that the lesson's checker accepts),
@@ -34,35 +34,38 @@ VALUES: dict[tuple[int, int], object] = {
     (3, 2): {"no_sync=False": 15, "no_sync=True": 5},
     (3, 3): 0.001,
     (4, 3): 183_500_800,
-    (5, 1): 0.1113,
-    (5, 2): 2.083,
-    (5, 3): 15.0,
-    (5, 5): 0.5,
-    (5, 6): 4 * 150_000_000 * (10_000 // 500),
-    (6, 1): 0.8,
-    (6, 2): 500,
-    (6, 3): 0.0306,
-    (7, 1): 6,
-    (7, 2): {"sampler": True, "dropout": False},
-    (7, 3): 20,
-    (8, 1): 19,
-    (8, 3): 4.13,
-    (8, 4): 1.0 / (2 * 7 / 8 * 4 / 1.25e9),
-    (9, 3): {"80 on 1, 2, 4 workers": {1: 17, 2: 17, 4: 18}, "one batch for 1 to 4 workers": 84},
-    (9, 4): 86.2,
-    (10, 1): 37.375,
-    (10, 2): {3e-8: True, 2e-8: False},
-    (10, 3): 15.0,
-    (10, 4): 12 * 512 * 128 * 4,
-    (10, 5): 578,
-    (11, 1): {8: 3 / 11, 16: 3 / 19, "fewest micro-batches under 10 %": 28},
-    (11, 2): {"1f1b": 3, "gpipe": 8},
-    (12, 1): 16,
-    (12, 2): 8,
-    (12, 3): 3e-3 * 51 / 100,
-    (13, 1): 8 * 4 * 3,
-    (13, 2): {"gather": 400, "gather_for_metrics": 359},
-    (13, 3): 0.1 / 4,
+    (5, 1): {"MiniDDP": 4, "torch DDP": 2},
+    (5, 3): 22_937_600,
+    (5, 4): 512.0,
+    (6, 1): 0.1113,
+    (6, 2): 2.083,
+    (6, 3): 15.0,
+    (6, 5): 0.5,
+    (6, 6): 4 * 150_000_000 * (10_000 // 500),
+    (7, 1): 0.8,
+    (7, 2): 500,
+    (7, 3): 0.0306,
+    (8, 1): 6,
+    (8, 2): {"sampler": True, "dropout": False},
+    (8, 3): 20,
+    (9, 1): 19,
+    (9, 3): 4.13,
+    (9, 4): 1.0 / (2 * 7 / 8 * 4 / 1.25e9),
+    (10, 3): {"80 on 1, 2, 4 workers": {1: 17, 2: 17, 4: 18}, "one batch for 1 to 4 workers": 84},
+    (10, 4): 86.2,
+    (11, 1): 37.375,
+    (11, 2): {3e-8: True, 2e-8: False},
+    (11, 3): 15.0,
+    (11, 4): 12 * 512 * 128 * 4,
+    (11, 5): 578,
+    (12, 1): {8: 3 / 11, 16: 3 / 19, "fewest micro-batches under 10 %": 28},
+    (12, 2): {"1f1b": 3, "gpipe": 8},
+    (13, 1): 16,
+    (13, 2): 8,
+    (13, 3): 3e-3 * 51 / 100,
+    (14, 1): 8 * 4 * 3,
+    (14, 2): {"gather": 400, "gather_for_metrics": 359},
+    (14, 3): 0.1 / 4,
 }
 
 
@@ -121,7 +124,7 @@ def ring_seconds(nbytes: float, alpha: float, beta: float, world_size: int) -> f
 
 
 def my_rank_and_size(environ: dict[str, str]) -> tuple[int, int]:
-    """Lesson 08, exercise 2: (rank, world size) from the launcher's variables, torchrun's first."""
+    """Lesson 09, exercise 2: (rank, world size) from the launcher's variables, torchrun's first."""
     for rank, size in (("RANK", "WORLD_SIZE"),  # first: torchrun inside srun also sees SLURM_PROCID
                        ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),  # Open MPI
                        ("PMI_RANK", "PMI_SIZE"),  # MPICH (and Intel MPI)
@@ -132,7 +135,7 @@ def my_rank_and_size(environ: dict[str, str]) -> tuple[int, int]:
 
 
 class GhostBatchNorm2d(nn.BatchNorm2d):
-    """Lesson 07, exercise 4: BatchNorm that normalises each of ``chunks`` parts of the batch on its own.
+    """Lesson 08, exercise 4: BatchNorm that normalises each of ``chunks`` parts of the batch on its own.
 
     ``interleaved=True`` takes examples i, i + chunks, i + 2·chunks, ... as chunk i: what rank i of
     ``chunks`` ranks holds of a global batch dealt out by ``DistributedSampler``.
@@ -150,7 +153,7 @@ class GhostBatchNorm2d(nn.BatchNorm2d):
 
 
 CODE = {(0, 1): sum_of_rank_plus_one, (2, 1): ring_bytes, (4, 1): tree_all_reduce, (4, 2): ring_all_gather,
-        (4, 4): ring_seconds, (7, 4): GhostBatchNorm2d, (8, 2): my_rank_and_size}
+        (4, 4): ring_seconds, (8, 4): GhostBatchNorm2d, (9, 2): my_rank_and_size}
 
 
 VALUE, CODE_KIND, RUBRIC = "computed value", "code", "rubric"
@@ -249,7 +252,7 @@ A good answer names these risks, for a shared file system (NFS, Lustre, a cloud 
 - without the barrier a rank can load the file while another is still writing it: a half-written file
   (an unpickling error) or the previous checkpoint (silently the wrong state), so ranks resume differently.
 The fix: one writer (rank 0; all replicas are identical, part 7), written atomically (a temporary file and a
-rename, lesson 09 part 2), then a barrier, then every rank loads."""),
+rename, lesson 10 part 2), then a barrier, then every rank loads."""),
     (4, 1): (CODE_KIND, """
 A binomial tree: at distance 1, 2, 4, ... the partner at rank + distance sends its partial sum and is done;
 after ⌈log2 p⌉ rounds rank 0 holds the sum and sends it back down the same pairs. 2⌈log2 p⌉ steps, each
@@ -266,37 +269,53 @@ Check: lesson04.ring_bytes_per_rank(100 * 2**20, 8, 183500800)."""),
 T = 2(p − 1)α + 2(p − 1)/p · n · β = 30α + 1.875 · 26,214,400 · β for p = 16. With the fit printed in the lesson
 (α = 204 µs, β = 0.63 ns per byte): 6.1 ms + 31.0 ms ≈ 37 ms; yours differs with your machine's fit.
 Check: lesson04.ring_seconds(25 * 2**20, alpha, beta, 16, ring_seconds(25 * 2**20, alpha, beta, 16))."""),
-    (4, 5): (RUBRIC, """
+    (5, 1): (VALUE, f"""
+MiniDDP: {VALUES[5, 1]["MiniDDP"]}. It opens a new bucket before a gradient would take the current one past the cap:
+3 + 3 MiB would be 6 MiB, over 5, so every 3 MiB gradient gets a bucket of its own.
+torch DDP: {VALUES[5, 1]["torch DDP"]}, from its second step on (its first sends one bucket). It adds gradients until a
+bucket has *reached* the cap: 3 MiB has not, 6 MiB has, so the buckets are 6 and 6 MiB, each over the cap by one
+tensor (with the cap set, as here; left at its default, the first bucket closes once it reaches 1 MiB).
+Check: lesson05.buckets_per_step([3 * 2**20] * 4, 5, 4, 2)."""),
+    (5, 2): (RUBRIC, """
 4.5 M float32 parameters are 18 MB of gradients: under a 25 MB cap they all fit in one bucket, which is ready
 only when the last gradient (the first layer's) is, so its all-reduce cannot start before backward ends:
-no overlap is left. Measured (2 ranks, step_times as in part 5, 15 steps): 25 MB, 1 bucket, started 1.2 ms
+no overlap is left. Measured (2 ranks, step_times as in part 1, 15 steps): 25 MB, 1 bucket, started 1.2 ms
 after the last gradient, 46.6 ms per step against torch DDP's 46.5 ms at the same cap; 5 MB, 5 buckets, 4 of
-them started before the last gradient, 45.7 ms. On this 2-core CPU the overlap buys little either way (part 5
+them started before the last gradient, 45.7 ms. On this 2-core CPU the overlap buys little either way (part 1
 says why); on GPUs, where it hides communication, one bucket for the whole model throws that away.
 torch DDP keeps its first bucket at 1 MB for the same reason."""),
-    (5, 1): (VALUE, f"""
-The edge at staleness τ = 3 is 2 sin(π/14) ≈ 0.445 on lr × λ_max, so lr < 0.445/4 ≈ {VALUES[5, 1]}
-(check: lesson05.largest_lr(3, 4.0, 0.1113))."""),
-    (5, 2): (VALUE, f"""
-The round lasts as long as the slowest of 4 Exp(1) times: H_4 = 1 + 1/2 + 1/3 + 1/4 = 25/12 ≈ {VALUES[5, 2]}
-(check: lesson05.sync_round_time(4, 2.083))."""),
     (5, 3): (VALUE, f"""
-M − 1 = {VALUES[5, 3]:g}: with memoryless compute times the number of updates a gradient misses is geometric with mean
-M − 1 (part 4 measured 7.00 for M = 8). Check: lesson05.mean_staleness(16, 15)."""),
-    (5, 4): (RUBRIC, """
+fp16_compress_hook all-reduces the bucket in float16: 12.5 MiB. A ring sends 2(p − 1)/p of that from each rank:
+2 · 7/8 · 12.5 MiB = {VALUES[5, 3]:,} bytes (21.9 MiB), against 43.75 MiB for the float32 bucket.
+Check: lesson05.compressed_ring_bytes(25 * 2**20, 8, 22937600)."""),
+    (5, 4): (VALUE, f"""
+The matrix is 4096 · 4096 = 16,777,216 numbers; P and Q are 4096 · 4 each, 32,768 together:
+{VALUES[5, 4]:.0f} times fewer. In general m·n / (r(m + n)): large square matrices compress most. PowerSGD sends P and Q
+in two all-reduces, one after the other, and sends vectors (biases) uncompressed (part 5).
+Check: lesson05.powersgd_fewer(4096, 4096, 4, 512)."""),
+    (6, 1): (VALUE, f"""
+The edge at staleness τ = 3 is 2 sin(π/14) ≈ 0.445 on lr × λ_max, so lr < 0.445/4 ≈ {VALUES[6, 1]}
+(check: lesson06.largest_lr(3, 4.0, 0.1113))."""),
+    (6, 2): (VALUE, f"""
+The round lasts as long as the slowest of 4 Exp(1) times: H_4 = 1 + 1/2 + 1/3 + 1/4 = 25/12 ≈ {VALUES[6, 2]}
+(check: lesson06.sync_round_time(4, 2.083))."""),
+    (6, 3): (VALUE, f"""
+M − 1 = {VALUES[6, 3]:g}: with memoryless compute times the number of updates a gradient misses is geometric with mean
+M − 1 (part 4 measured 7.00 for M = 8). Check: lesson06.mean_staleness(16, 15)."""),
+    (6, 4): (RUBRIC, """
 It diverges. Measured with part 4's simulate("async", lr=1.2), i.e. a step of 0.15 per update: the loss passes
 1e6 after 63 updates and 1e30 by simulated time 63, where lr 0.15/8 converges. Part 2 predicts it: a
 gradient arrives τ updates late, and delayed GD is stable only while lr · λ_max < 2 sin(π/(4τ + 2)); here
 λ_max ≈ 8.12 and the mean staleness is M − 1 = 7 (edge 0.209), so 0.15/8 gives 0.152, inside, and 0.15 gives
 1.22, far outside (already unstable at τ = 1, edge 1). Part 3's fix is the staleness-aware rate lr/τ."""),
-    (5, 5): (VALUE + " + rubric", """
-1 − 1/M = 0.5 (check: lesson05.implicit_momentum(2, 0.5)). The match stays exact in expectation: with
+    (6, 5): (VALUE + " + rubric", """
+1 − 1/M = 0.5 (check: lesson06.implicit_momentum(2, 0.5)). The match stays exact in expectation: with
 geometric staleness the expected asynchronous update is heavy ball with momentum 1 − 1/M for every M.
 Measured with part 5's cell at M = 2 (20,000 runs): the largest gap between the mean of the async runs and
 heavy ball is 0.0011, within one Monte Carlo standard error (0.0011), against 0.52 from plain GD."""),
-    (5, 6): (VALUE + " + rubric", f"""
-10,000/500 = 20 rounds, each an all-reduce of 150 M parameters × 4 bytes: {VALUES[5, 6]:,} bytes (12 GB), where DDP
-would hand 500 times as many, 6 TB (check: lesson05.local_sgd_bytes(150_000_000, 10_000, 500, 12e9)).
+    (6, 6): (VALUE + " + rubric", f"""
+10,000/500 = 20 rounds, each an all-reduce of 150 M parameters × 4 bytes: {VALUES[6, 6]:,} bytes (12 GB), where DDP
+would hand 500 times as many, 6 TB (check: lesson06.local_sgd_bytes(150_000_000, 10_000, 500, 12e9)).
 With lr 1.0 in part 8's settings (measured): DDP ends at 0.006, local SGD at H = 4 at 0.005, but at H = 16 at 0.28
 and at H = 64 at 1.35, and DiLoCo diverges (270 at H = 16, 193 at H = 64). A good answer says why: between
 averages each replica steps alone on its own 16 examples, while DDP's step averages the gradient over 32, and at
@@ -305,17 +324,17 @@ not what fails: at H = 64, rank 0's own loss just before the last average was 6.
 average's 1.35. Short rounds pull the replicas back before they stray; DiLoCo's outer momentum multiplies the
 already large pseudo-gradients by up to 7 and runs away. Lin et al.'s post-local SGD starts with DDP and switches
 to local SGD later, when the learning rate has decayed."""),
-    (6, 1): (VALUE, f"""
-8 times the batch (256 to 2048), 8 times the learning rate: {VALUES[6, 1]}
-(check: lesson06.linear_scaling(0.1, 256, 2048, 0.8))."""),
-    (6, 2): (VALUE, f"""
-S = S_min (1 + B_crit/B) = 100 · (1 + 1000/250) = {VALUES[6, 2]} (check: lesson06.steps_at(100, 1000, 250, 500))."""),
-    (6, 3): (VALUE, f"""
-About {VALUES[6, 3]} (check: lesson06.largest_base_lr(32, 0.0306)). The scaled rate 32·lr₀ at batch 128 must stay
+    (7, 1): (VALUE, f"""
+8 times the batch (256 to 2048), 8 times the learning rate: {VALUES[7, 1]}
+(check: lesson07.linear_scaling(0.1, 256, 2048, 0.8))."""),
+    (7, 2): (VALUE, f"""
+S = S_min (1 + B_crit/B) = 100 · (1 + 1000/250) = {VALUES[7, 2]} (check: lesson07.steps_at(100, 1000, 250, 500))."""),
+    (7, 3): (VALUE, f"""
+About {VALUES[7, 3]} (check: lesson07.largest_base_lr(32, 0.0306)). The scaled rate 32·lr₀ at batch 128 must stay
 below the noisy quadratic's stability edge, which the gradient noise lowers a little below the noise-free
 1/(32·λ_max) = 0.03125 (the loss's Hessian is 2Λ): the checker finds the edge near 0.03076 and refuses 0.03125.
 Round down: a value just above the edge diverges."""),
-    (6, 4): (RUBRIC, """
+    (7, 4): (RUBRIC, """
 Measured with part 4's cell and lr = 0.5 · B/16 (0.5, 2, 8), training loss:
 - after 3 epochs: B = 16 0.048, B = 64 0.056 (0.088 at lr 0.5), B = 256 diverged (about 3e21);
 - after 60 updates: B = 16 0.202, B = 64 0.102, B = 256 NaN.
@@ -323,19 +342,19 @@ Measured with part 4's cell and lr = 0.5 · B/16 (0.5, 2, 8), training loss:
 smaller batches are ahead" narrows to 0.056 against 0.048 at B = 64, and at B = 256 the linear rule
 breaks: lr 8 is past the curvature limit (part 1), so bigger batches still need more epochs. (With
 √-scaling, lr 0.5, 1, 2: after 3 epochs 0.048, 0.073, 0.088, the order of the claim kept.)"""),
-    (7, 1): (VALUE, f"""
-{VALUES[7, 1]}: two per SyncBatchNorm layer, one in forward (sums, sums of squares and count, packed) and one in
+    (8, 1): (VALUE, f"""
+{VALUES[8, 1]}: two per SyncBatchNorm layer, one in forward (sums, sums of squares and count, packed) and one in
 backward (the two gradient sums, packed), made because each layer's input, a linear layer's output, needs a
 gradient (a layer applied straight to the data makes none in backward); part 2 counted [17, 33, 32, 16] for its
-2 layers. Check: lesson07.allreduces_per_step(3, 6)."""),
-    (7, 2): (VALUE, """
+2 layers. Check: lesson08.allreduces_per_step(3, 6)."""),
+    (8, 2): (VALUE, """
 The sampler: yes, the same seed on every rank (True), or the shards overlap and miss examples (part 5: 1076
 of 1438 digits read, 362 twice). Dropout: no (False): with one seed every rank draws the same masks. Check:
-lesson07.must_share_seed("sampler", True) and lesson07.must_share_seed("dropout", False)."""),
-    (7, 3): (VALUE, f"""
-n counts every value of the channel over every rank: (3 + 1) samples × 5 positions = {VALUES[7, 3]}.
-Check: lesson07.unbiased_count([3, 1], 5, 20)."""),
-    (7, 4): (CODE_KIND + " + rubric", """
+lesson08.must_share_seed("sampler", True) and lesson08.must_share_seed("dropout", False)."""),
+    (8, 3): (VALUE, f"""
+n counts every value of the channel over every rank: (3 + 1) samples × 5 positions = {VALUES[8, 3]}.
+Check: lesson08.unbiased_count([3, 1], 5, 20)."""),
+    (8, 4): (CODE_KIND + " + rubric", """
 GhostBatchNorm2d below, as the norm of convnet in one process × 32 for 40 steps, e.g. in your session
 equivalence.NORMS["ghost"] = lambda channels: GhostBatchNorm2d(channels, interleaved=True), then
 equivalence.train(steps=40, batch_size=32, lr=0.1, ddp=False, norm="ghost"). Measured against part 2's
@@ -347,7 +366,7 @@ per-replica curve (2 ranks × 16):
 What still differs: the running statistics (measured up to 0.029 apart). The ghost layer updates them once
 per chunk, twice per step (num_batches_tracked 80 against 40), while under DDP each rank updates its own
 once per step from its chunk and DDP copies rank 0's to every rank at each forward."""),
-    (7, 5): (RUBRIC, """
+    (8, 5): (RUBRIC, """
 Measured: part 1's sweep with 4 ranks and norm="sync": every gap below 1e-5, as with 2 ranks.
 count_and_time with 20 steps (4 ranks × 16 hold only 22 batches per epoch), two runs each: SyncBatchNorm's 4
 all-reduces per step took 5.6 to 7.5 ms on 2 ranks (44-48 % of a 12.8-15.6 ms step) and 22.9 to 26.4 ms on 4
@@ -357,32 +376,32 @@ with p (a ring makes 2(p − 1): 2 on 2 ranks, 6 on 4); on this 2-core machine 4
 every all-reduce waits for each rank to be scheduled (the per-replica step grew too, 4.1-5.7 to 17.2-18.3
 ms). With a core or GPU per rank only the latency term grows with p, but each of these all-reduces still
 sits on the critical path."""),
-    (8, 1): (VALUE, f"""
-RANK = GROUP_RANK × LOCAL_WORLD_SIZE + LOCAL_RANK = 2 × 8 + 3 = {VALUES[8, 1]}
-(check: lesson08.global_rank(8, 2, 3, 19))."""),
-    (8, 2): (CODE_KIND, """
+    (9, 1): (VALUE, f"""
+RANK = GROUP_RANK × LOCAL_WORLD_SIZE + LOCAL_RANK = 2 × 8 + 3 = {VALUES[9, 1]}
+(check: lesson09.global_rank(8, 2, 3, 19))."""),
+    (9, 2): (CODE_KIND, """
 Read torchrun's RANK and WORLD_SIZE first, then Open MPI's, MPICH's and Slurm's, as ints. The order matters:
 torchrun started by srun sees SLURM_PROCID too, and the right rank is torchrun's. Check:
-lesson08.rank_and_size(my_rank_and_size)."""),
-    (8, 3): (VALUE + " + rubric", f"""
-2 · 63/64 · 25 · 2²⁰ bytes at 12.5e9 bytes per second: {VALUES[8, 3]} ms
-(check: lesson08.bucket_milliseconds("100 GbE", 64, 4.13)).
+lesson09.rank_and_size(my_rank_and_size)."""),
+    (9, 3): (VALUE + " + rubric", f"""
+2 · 63/64 · 25 · 2²⁰ bytes at 12.5e9 bytes per second: {VALUES[9, 3]} ms
+(check: lesson09.bucket_milliseconds("100 GbE", 64, 4.13)).
 A ring of 8 takes 3.67 ms: each rank sends 2(p − 1)/p of the bucket, 1.75 at p = 8 and 1.97 at p = 64, never
 more than twice, whatever p. What grows with p is the latency term, 2(p − 1)α."""),
-    (8, 4): (VALUE, f"""
+    (9, 4): (VALUE, f"""
 Each rank sends 2(p - 1)/p of the gradients: 1.75 x 4 bytes a parameter at 1.25e9 bytes per second, so 1 s
-carries 1.25e9 / 7 = {VALUES[8, 4] / 1e6:.1f} M parameters (check: lesson08.gradient_parameters("10 GbE", 8, 1.0,
-{VALUES[8, 4]:.4g})). InfiniBand NDR's 50e9 bytes per second is 40 times as much: {40 * VALUES[8, 4] / 1e9:.2f} B
-parameters. A good answer adds that real steps overlap this with backward (lesson 04), and that the latency
+carries 1.25e9 / 7 = {VALUES[9, 4] / 1e6:.1f} M parameters (check: lesson09.gradient_parameters("10 GbE", 8, 1.0,
+{VALUES[9, 4]:.4g})). InfiniBand NDR's 50e9 bytes per second is 40 times as much: {40 * VALUES[9, 4] / 1e9:.2f} B
+parameters. A good answer adds that real steps overlap this with backward (lesson 05), and that the latency
 term, 2(p - 1)α, grows with the ring while the bandwidth term does not."""),
-    (9, 1): (RUBRIC, """
+    (10, 1): (RUBRIC, """
 Measured (3 runs each): with rank 1 sleeping, rank 0 raised "Timed out waiting 2000ms for recv operation to
 complete" after 2.0 s; with rank 1 returning at once, rank 0 raised after about 0.01 s, with "Connection reset
 by peer" or "Connection closed by peer" (which one varies from run to run). Not a timeout: rank 1's process
 ended, its process group and sockets closed, and gloo on rank 0 saw the connection drop at once instead of
 waiting. A good answer notes that an early exit (or crash) of one rank shows up on the others as a
 connection error that names no cause: look at the rank that is gone (part 2)."""),
-    (9, 2): (RUBRIC, """
+    (10, 2): (RUBRIC, """
 Run train_resumable("exercise", "--kill-rank", "1", "--kill-at-step", "25", every=10) after making a new
 folder for `checkpoints`. Measured: torchrun's
 agent logged local_rank 1 failed with exit code -9; attempt 1 printed "resuming from the checkpoint of step 20"
@@ -391,56 +410,56 @@ are identical to an uninterrupted run's (torch.equal on every tensor). Steps 21 
 steps): the kill came after step 25, and the last checkpoint was step 20's. Wall time 11.0 s against 7.8 s
 uninterrupted. A good answer also says why identical: the checkpoint holds the model and the momentum, and
 each step's batch depends only on the step number."""),
-    (9, 3): (VALUE + " + rubric", f"""
+    (10, 3): (VALUE + " + rubric", f"""
 A global batch of 80 gives epochs of 17 steps on 1 worker, 17 on 2 and 18 on 4 (check:
-lesson09.steps_per_epoch(80, 4, 18)). Of 1438 examples, one worker reads 1438 // 80 = 17 full batches; on 2
+lesson10.steps_per_epoch(80, 4, 18)). Of 1438 examples, one worker reads 1438 // 80 = 17 full batches; on 2
 workers each gets 719 and reads 719 // 40 = 17; on 4, DistributedSampler pads 1438 to 1440 so that every worker
 gets 360, and 360 // 20 = 18: the padding completes an 18th batch. A job on 4 workers that loses 2 would read
 other examples at step k after the resize, and part 3's script refuses its checkpoint. For 1, 2, 3 and 4
 workers the batch must divide by 12: 48 gives 29, 29, 30, 30 steps and 60 gives 23, 23, 24, 24 (the padding
 again), 64 does not divide among 3; the smallest that gives all four the same epochs is
-{VALUES[9, 3]["one batch for 1 to 4 workers"]}, 17 steps on each (check: lesson09.steps_per_epoch(84, 3, 17)).
+{VALUES[10, 3]["one batch for 1 to 4 workers"]}, 17 steps on each (check: lesson10.steps_per_epoch(84, 3, 17)).
 A good answer also names the other way out: count the position in the data in examples, not steps."""),
-    (9, 4): (VALUE, f"""
+    (10, 4): (VALUE, f"""
 Llama 3's rate, 419 / (54 x 24 x 16,384) = 1.97e-5 interruptions per GPU-hour, gives 4,096 GPUs a mean time
-between failures of 12.4 h (742 min). Young's rule: sqrt(2 x 5 x 742) = {VALUES[9, 4]} minutes (check:
-lesson09.checkpoint_minutes(4096, 5, {VALUES[9, 4]})). With a 30 s write, sqrt(2 x 0.5 x 742) = 27 minutes: the
+between failures of 12.4 h (742 min). Young's rule: sqrt(2 x 5 x 742) = {VALUES[10, 4]} minutes (check:
+lesson10.checkpoint_minutes(4096, 5, {VALUES[10, 4]})). With a 30 s write, sqrt(2 x 0.5 x 742) = 27 minutes: the
 interval shrinks only with the square root of the write time, and a job then loses on average about half an
 interval of work per failure plus the restart. A good answer says why the rate per GPU is only an estimate
 (Llama 3 ran on "up to" 16,384 GPUs, so the rate per GPU is if anything higher)."""),
-    (10, 1): (VALUE, f"""
+    (11, 1): (VALUE, f"""
 ZeRO-2 keeps the fp16 parameters whole (2Ψ) and shards gradients and optimizer state (14Ψ/N):
-2 · 13e9 + 14 · 13e9/16 bytes = 26 + 11.375 = {VALUES[10, 1]} GB
-(check: lesson10.zero_gigabytes(13e9, 16, 2, 37.375)). Under torch autocast's 4 + 4 + 8 the whole float32
+2 · 13e9 + 14 · 13e9/16 bytes = 26 + 11.375 = {VALUES[11, 1]} GB
+(check: lesson11.zero_gigabytes(13e9, 16, 2, 37.375)). Under torch autocast's 4 + 4 + 8 the whole float32
 parameters stay on every GPU and the gradients and optimizer state are sharded: 4 · 13e9 + 12 · 13e9/16 bytes
-= 52 + 9.75 = 61.75 GB (check: lesson10.zero_gigabytes(13e9, 16, 2, 61.75, "autocast"))."""),
-    (10, 2): (VALUE, """
+= 52 + 9.75 = 61.75 GB (check: lesson11.zero_gigabytes(13e9, 16, 2, 61.75, "autocast"))."""),
+    (11, 2): (VALUE, """
 3e-8: yes (True), barely. float16's smallest positive value is 2^-24 ≈ 5.96e-8; a value above half of it,
 2^-25 ≈ 2.98e-8, rounds up to 2^-24, so 3e-8 is stored as about twice itself. 2e-8: no (False), it rounds to 0.
-Check: lesson10.survives_float16(3e-8, True) and lesson10.survives_float16(2e-8, False)."""),
-    (10, 3): (VALUE, f"""
-HSDP shards every byte over its group of 8 and keeps one copy per group: 16 · 7.5e9/8 = {VALUES[10, 3]} GB per
+Check: lesson11.survives_float16(3e-8, True) and lesson11.survives_float16(2e-8, False)."""),
+    (11, 3): (VALUE, f"""
+HSDP shards every byte over its group of 8 and keeps one copy per group: 16 · 7.5e9/8 = {VALUES[11, 3]} GB per
 GPU, whatever the byte layout (4 + 4 + 8 also adds up to 16) and however many groups there are (check:
-lesson10.hsdp_gigabytes(7.5e9, 8, 15, "autocast")). FSDP over all 64: 16 · 7.5e9/64 = 1.875 GB. What HSDP buys
+lesson11.hsdp_gigabytes(7.5e9, 8, 15, "autocast")). FSDP over all 64: 16 · 7.5e9/64 = 1.875 GB. What HSDP buys
 for the 8 times more memory: its all-gathers and reduce-scatters stay inside a node, and only an all-reduce
 of each GPU's gradient shard (4 · 7.5e9/8 bytes with float32 gradients) crosses between nodes."""),
-    (10, 4): (VALUE, f"""
-Each checkpointed block keeps its input, 512 · 128 float32 values: 12 · 512 · 128 · 4 = {VALUES[10, 4]:,} bytes
-(check: lesson10.kept_with_checkpointing(12, 128, 512, {VALUES[10, 4]})); without checkpointing 9 times that,
-{9 * VALUES[10, 4]:,} bytes (input, 4w before GELU and 4w after, per block: part 3 measured it on 4 blocks).
+    (11, 4): (VALUE, f"""
+Each checkpointed block keeps its input, 512 · 128 float32 values: 12 · 512 · 128 · 4 = {VALUES[11, 4]:,} bytes
+(check: lesson11.kept_with_checkpointing(12, 128, 512, {VALUES[11, 4]})); without checkpointing 9 times that,
+{9 * VALUES[11, 4]:,} bytes (input, 4w before GELU and 4w after, per block: part 3 measured it on 4 blocks).
 Checkpointing pairs of blocks keeps 6 inputs, half as much, but recomputes 2 blocks at once in backward, so
 the peak grows by one block's activations: the segment length trades the inputs kept against the
 activations recomputed at once: with segments of k blocks, L/k inputs plus k blocks' activations, least
 near k = √(L/9) here (Chen et al. 2016, arXiv:1604.06174: segments of about √L blocks)."""),
-    (10, 5): (VALUE, f"""
-ceil(1,732 / 3) = {VALUES[10, 5]} elements in each rank's shard, padding included (check:
-lesson10.zero_one_slice(1732, 3, {VALUES[10, 5]})): the flat vector is padded with 2 zeros to 1,734 = 3 x 578,
+    (11, 5): (VALUE, f"""
+ceil(1,732 / 3) = {VALUES[11, 5]} elements in each rank's shard, padding included (check:
+lesson11.zero_one_slice(1732, 3, {VALUES[11, 5]})): the flat vector is padded with 2 zeros to 1,734 = 3 x 578,
 so the last rank's slice ends in the padding. Measured with train_zero_one on 3 ranks: optimizer state 8 x 578
 = 4,624 bytes on every rank (Adam's two float32 moments), shards (0, 578), (578, 1156), (1156, 1734); each
 rank hands the reduce-scatter 4 x 1,734 = 6,936 bytes and the all-gather 4 x 578 = 2,312; the parameters equal
 DDP's within 1e-6. The padding costs 2 elements of state and of traffic, nothing in the result: the padded
 gradients are 0, and the padded parameters are never copied back."""),
-    (10, 6): (RUBRIC, """
+    (11, 6): (RUBRIC, """
 Measured on 2 ranks (tanh_mlp, Ψ = 1,732): after forward 3,464 bytes gathered in place, all bfloat16 (all the
 parameters, kept, at 2 bytes each: half of the 6,928 float32 bytes); 3 all-gathers a step (one per layer,
 none in backward), rank 0 handing in 1,732 bytes (its bfloat16 half of the parameters); the reduce-scatters
@@ -448,20 +467,20 @@ none in backward), rank 0 handing in 1,732 bytes (its bfloat16 half of the param
 bytes held, L all-gathers of 2Ψ/N bytes, 4Ψ to reduce-scatter. Short of memory: keep the default
 reshard_after_forward=True (and use the bfloat16 policy); on a slow network: reshard_after_forward=False,
 which halves the all-gathers at the price of holding every parameter during the step, as Llama 3 did."""),
-    (11, 1): (VALUE, """
-(p − 1)/(m + p − 1) = 3/11 ≈ 0.273 (check: lesson11.bubble(4, 8, 3 / 11)); with 16 micro-batches 3/19 ≈ 0.158.
+    (12, 1): (VALUE, """
+(p − 1)/(m + p − 1) = 3/11 ≈ 0.273 (check: lesson12.bubble(4, 8, 3 / 11)); with 16 micro-batches 3/19 ≈ 0.158.
 Under 10 % needs 3/(m + 3) < 0.1, so m > 27: 28 micro-batches (3/31 ≈ 0.097; 27 gives exactly 0.10)."""),
-    (11, 2): (VALUE, """
-1F1B: stage r keeps at most p − r micro-batches, so stage 1 keeps 3 (check: lesson11.micro_batches_kept("1f1b",
+    (12, 2): (VALUE, """
+1F1B: stage r keeps at most p − r micro-batches, so stage 1 keeps 3 (check: lesson12.micro_batches_kept("1f1b",
 4, 8, 1, 3)). GPipe: all 8, since every forward comes before the first backward
-(lesson11.micro_batches_kept("gpipe", 4, 8, 1, 8))."""),
-    (11, 3): (RUBRIC, """
+(lesson12.micro_batches_kept("gpipe", 4, 8, 1, 8))."""),
+    (12, 3): (RUBRIC, """
 In timed_schedules, pass work_s = 0.4 on the last rank and 0.2 on the others. Measured (4 stages, 8
 micro-batches): the step takes 0.97 s instead of 0.58 s, under GPipe and under 1F1B alike, and the idle share
 grows from 0.29 to 0.48 for both. The slowest stage sets the pace: it works 0.81 s of the 0.97 s while the
 others work 0.41 s each and spend the rest waiting for its outputs and its gradients. The schedule
 changes memory (part 2), not the pace. Balance the stages' work, not their layer counts."""),
-    (11, 4): (RUBRIC, """
+    (12, 4): (RUBRIC, """
 4 all-reduces per step: 2 in forward (g after each block's B) and 2 in backward (f before each block's A).
 Measured with part 3's functions on 4 ranks, two blocks in a row: the all-reduces were ['forward', 'forward',
 'backward', 'backward'], and output and input gradient equal the unsplit pair's within 1e-5.
@@ -470,40 +489,40 @@ columns need every hidden unit), and GeLU after it is not linear, so the partial
 of the first block cannot go. In backward the first block's row-split B needs the whole gradient of h, but
 each rank only has its part from its own columns of A: f of the second block adds them. A transformer layer
 (attention + MLP, both built this way) therefore costs 2 all-reduces in forward and 2 in backward."""),
-    (12, 1): (VALUE + " + " + RUBRIC, f"""
-96 / (3 ranks x 2 micro-batches) = {VALUES[12, 1]} examples per forward-backward
-(check: lesson12.micro_batch(96, 3, 2, {VALUES[12, 1]})). 64 is not a multiple of 3: no equal split of the
+    (13, 1): (VALUE + " + " + RUBRIC, f"""
+96 / (3 ranks x 2 micro-batches) = {VALUES[13, 1]} examples per forward-backward
+(check: lesson13.micro_batch(96, 3, 2, {VALUES[13, 1]})). 64 is not a multiple of 3: no equal split of the
 global batch exists, and with unequal shards the ranks' mean loss would no longer be the global batch's mean
 (lesson 03), so the script refuses it before any rank starts (batches.micro_batch_size)."""),
-    (12, 2): (VALUE, f"""
-ceil(1000 / 16) = 63 examples per rank, 16 x 63 = 1008: {VALUES[12, 2]} examples repeated
-(check: lesson12.padding(1000, 16, {VALUES[12, 2]})). On 3 ranks it is 2 (334 x 3 = 1002), part 2's case."""),
-    (12, 3): (VALUE, f"""
-Step 50 is in the warmup (100 steps): 3e-3 x (50 + 1) / 100 = {VALUES[12, 3]:.2e}
-(check: lesson12.learning_rate_at(50, {VALUES[12, 3]:.2e}))."""),
-    (12, 4): (RUBRIC, """
+    (13, 2): (VALUE, f"""
+ceil(1000 / 16) = 63 examples per rank, 16 x 63 = 1008: {VALUES[13, 2]} examples repeated
+(check: lesson13.padding(1000, 16, {VALUES[13, 2]})). On 3 ranks it is 2 (334 x 3 = 1002), part 2's case."""),
+    (13, 3): (VALUE, f"""
+Step 50 is in the warmup (100 steps): 3e-3 x (50 + 1) / 100 = {VALUES[13, 3]:.2e}
+(check: lesson13.learning_rate_at(50, {VALUES[13, 3]:.2e}))."""),
+    (13, 4): (RUBRIC, """
 A good answer: 2 ranks x 2 micro-batches of 16 make the same global batch of 64, so the schedule and the
 updates are the same and the run learns alike (held-out exact match above 0.95, as in part 3). The first loss
 is the mean of 4 means of 16 instead of 2 means of 32: equal in exact arithmetic, equal in float32 only to
 rounding (about 1e-7 relative), because the sums run in another order; under no_sync the first micro-batch's
 gradient stays local and the last backward all-reduces the accumulated sum, so there is one all-reduce per
 step either way."""),
-    (13, 1): (VALUE, f"""
-8 examples x 4 micro-batches x 3 processes = {VALUES[13, 1]} (check: lesson13.examples_per_step(8, 4, 3,
-{VALUES[13, 1]})): the loader's batch_size is the per-process micro-batch, not the global batch."""),
-    (13, 2): (VALUE, f"""
+    (14, 1): (VALUE, f"""
+8 examples x 4 micro-batches x 3 processes = {VALUES[14, 1]} (check: lesson14.examples_per_step(8, 4, 3,
+{VALUES[14, 1]})): the loader's batch_size is the per-process micro-batch, not the global batch."""),
+    (14, 2): (VALUE, f"""
 ceil(359 / 50) = 8 batches, dealt to 4 processes: 2 rounds of 4 x 50, so gather returns
-{VALUES[13, 2]["gather"]} (check: lesson13.gathered(359, 50, 4, {VALUES[13, 2]["gather"]})); the last batch (9
+{VALUES[14, 2]["gather"]} (check: lesson14.gathered(359, 50, 4, {VALUES[14, 2]["gather"]})); the last batch (9
 examples) was padded to 50 from the start of the data. gather_for_metrics drops the 41 repeated ones:
-{VALUES[13, 2]["gather_for_metrics"]}, every example once."""),
-    (13, 3): (VALUE + " + " + RUBRIC, f"""
-{VALUES[13, 3]} (check: lesson13.twice_divided_lr(0.1, 4, {VALUES[13, 3]})): the gradient is divided by 4 twice,
+{VALUES[14, 2]["gather_for_metrics"]}, every example once."""),
+    (14, 3): (VALUE + " + " + RUBRIC, f"""
+{VALUES[14, 3]} (check: lesson14.twice_divided_lr(0.1, 4, {VALUES[14, 3]})): the gradient is divided by 4 twice,
 and SGD's step (its momentum buffer too) is linear in the gradient; weight decay, added after backward, is not
 divided, so with it the run is no longer exactly one at lr / 4. A good answer for Adam: its update is
 m / (sqrt(v) + eps), where m and v are running means of the gradient and of its square; dividing every
 gradient by 4 divides m by 4 and sqrt(v) by 4, so the update is unchanged except where sqrt(v) is not large
 against eps (1e-8). The mistake then hides, until the loop moves to SGD or its loss value is read."""),
-    (13, 4): (RUBRIC, """
+    (14, 4): (RUBRIC, """
 A good answer: the DDP wrapping and DistributedSampler go into accelerator.prepare; `ddp.no_sync()` becomes
 `with accelerator.accumulate(model):` around each micro-batch; `/ len(micro_batches)` goes (accelerator.backward
 divides); `scaler.scale(loss).backward()` becomes accelerator.backward(loss) and the GradScaler goes

@@ -1,66 +1,68 @@
-"""Checks for lesson 05's exercises: each answer is computed by simulation, root-finding or formula."""
+"""Checks for lesson 05's exercises: DDP's buckets, and the bytes its communication hooks send."""
 
 from __future__ import annotations
 
-import torch
+from collections.abc import Sequence
 
 from dpedu._validate import real, whole
-from dpedu.exercises import close, verdict
-from dpedu.sgd.staleness import stability_limit
+from dpedu.exercises import number, verdict
 
 
-def largest_lr(staleness: int, curvature: float, answer: float) -> bool:
-    """The largest stable learning rate of delayed GD at this staleness and largest curvature (1 %)."""
-    real("curvature", curvature, above=0)
-    truth = stability_limit(staleness) / curvature
-    return verdict(close(answer, truth, 0.01), "the limit is on lr × curvature; divide the edge by the curvature")
+def _bucket_counts(sizes: Sequence[int], cap_bytes: float) -> tuple[int, int]:
+    """All-reduces per step under MiniDDP's rule (a new bucket before one would pass the cap) and under torch
+    DDP's once it has rebuilt its buckets with the cap set (a new bucket once the last has reached the cap)."""
+    mini, filled = 0, None
+    for size in sizes:
+        if filled is None or filled + size > cap_bytes:
+            mini, filled = mini + 1, 0
+        filled += size
+    torch_ddp, filled = 1, 0
+    for size in sizes:
+        if filled >= cap_bytes:
+            torch_ddp, filled = torch_ddp + 1, 0
+        filled += size
+    return mini, torch_ddp
 
 
-def sync_round_time(workers: int, answer: float) -> bool:
-    """Mean duration of a synchronous round of ``workers`` with Exp(1) compute times (1 %).
-
-    The slowest of P Exp(1) times has mean H_P = 1 + 1/2 + ... + 1/P (the gaps between successive
-    finishers are Exp(P), Exp(P - 1), ..., Exp(1)), computed exactly for any P.
-    """
-    whole("workers", workers, maximum=10**6)
-    truth = sum(1 / k for k in range(1, workers + 1))
-    return verdict(close(answer, truth, 0.01), "a round lasts as long as its slowest worker")
-
-
-def mean_staleness(workers: int, answer: float) -> bool:
-    """Mean number of updates an asynchronous gradient misses, with memoryless compute times (3 %)."""
-    whole("workers", workers, maximum=1024)
-    generator = torch.Generator().manual_seed(0)
-    finisher = torch.randint(workers, (100_000,), generator=generator).tolist()
-    last_read = [0] * workers
-    total = 0
-    for t, k in enumerate(finisher):
-        total += t - last_read[k]
-        last_read[k] = t + 1
-    truth = total / len(finisher)
-    return verdict(close(answer, truth, 0.03), "between a worker's read and its write, the others finish "
-                                                "at their own rate")
+def buckets_per_step(sizes: Sequence[int], cap_mb: float, mini: int, torch_ddp: int) -> bool:
+    """Gradients of ``sizes`` bytes arrive in this order in backward; with ``bucket_cap_mb=cap_mb``, how many
+    all-reduces does ``MiniDDP`` send per step (``mini``), and torch DDP from its second step on (``torch_ddp``)?"""
+    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence) or not sizes:
+        raise ValueError(f"sizes must be a non-empty list of gradient sizes in bytes, got {sizes!r}")
+    for size in sizes:
+        whole("sizes", size)
+    real("cap_mb", cap_mb, above=0)
+    number(mini)
+    number(torch_ddp)
+    right_mini, right_torch = _bucket_counts(sizes, cap_mb * 2**20)
+    hints = []
+    if mini != right_mini:
+        hints.append("MiniDDP opens a new bucket before a gradient would take the current one past the cap")
+    if torch_ddp != right_torch:
+        hints.append("torch DDP adds gradients until a bucket has reached the cap, then opens the next, so a bucket "
+                     "can pass the cap by one tensor")
+    return verdict(not hints, "; ".join(hints))
 
 
-def implicit_momentum(workers: int, answer: float) -> bool:
-    """The momentum that asynchrony with ``workers`` memoryless workers adds (1 %).
+def compressed_ring_bytes(bucket_bytes: int, ranks: int, answer: float) -> bool:
+    """Bytes each rank sends when ``fp16_compress_hook`` has a ring of ``ranks`` all-reduce a float32 bucket of
+    ``bucket_bytes`` (1 %)?"""
+    whole("bucket_bytes", bucket_bytes)
+    whole("ranks", ranks, minimum=2)
+    number(answer)
+    right = 2 * (ranks - 1) / ranks * bucket_bytes / 2
+    return verdict(abs(answer - right) <= 0.01 * right,
+                   "the hook all-reduces the bucket in float16, half its bytes, and a ring sends 2(p - 1)/p of "
+                   "what it all-reduces from every rank")
 
-    Mitliagkas et al. 2016: with geometric staleness the expected asynchronous update is heavy-ball
-    momentum 1 - 1/M, the relation lesson 05's part 5 measures for M = 8.
-    """
-    whole("workers", workers)
-    truth = 1 - 1 / workers
-    ok = close(answer, truth, 0.01) if truth else answer == 0
-    return verdict(ok, "an update arrives late by a geometric number of steps; the weights it was computed at "
-                       "lag the current ones like a heavy ball's velocity: momentum 1 - 1/M")
 
-
-def local_sgd_bytes(parameters: int, steps: int, period: int, answer: float) -> bool:
-    """Bytes a rank hands to all-reduces when local SGD or DiLoCo averages float32 ``parameters`` every ``period``
-    of ``steps`` steps (0.1 %): one all-reduce of every parameter per whole round, as part 8 counts them."""
-    whole("parameters", parameters)
-    whole("steps", steps)
-    whole("period", period)
-    truth = 4 * parameters * (steps // period)
-    return verdict(close(answer, truth, 0.001), "each round all-reduces every parameter once, 4 bytes each, "
-                                                "and a round is H steps")
+def powersgd_fewer(rows: int, columns: int, rank: int, answer: float) -> bool:
+    """How many times fewer numbers does rank-``rank`` PowerSGD send for one ``rows`` x ``columns`` gradient
+    matrix than the matrix itself (1 %)?"""
+    whole("rows", rows)
+    whole("columns", columns)
+    whole("rank", rank)
+    number(answer)
+    right = rows * columns / (rank * (rows + columns))
+    return verdict(abs(answer - right) <= 0.01 * right,
+                   "the matrix is rows x columns numbers; P is rows x rank and Q is columns x rank")

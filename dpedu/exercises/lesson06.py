@@ -1,4 +1,4 @@
-"""Checks for lesson 06's exercises."""
+"""Checks for lesson 06's exercises: each answer is computed by simulation, root-finding or formula."""
 
 from __future__ import annotations
 
@@ -6,42 +6,61 @@ import torch
 
 from dpedu._validate import real, whole
 from dpedu.exercises import close, verdict
-from dpedu.sgd.noisy_quadratic import NoisyQuadratic
-from dpedu.sgd.staleness import stability_edge
+from dpedu.sgd.staleness import stability_limit
 
 
-def linear_scaling(lr: float, batch: int, new_batch: int, answer: float) -> bool:
-    """The learning rate the linear scaling rule gives for ``new_batch`` (1 %)."""
-    truth = real("lr", lr, above=0) * real("new_batch", new_batch, above=0) / real("batch", batch, above=0)
-    return verdict(close(answer, truth, 0.01), "k times the batch, k times the learning rate")
+def largest_lr(staleness: int, curvature: float, answer: float) -> bool:
+    """The largest stable learning rate of delayed GD at this staleness and largest curvature (1 %)."""
+    real("curvature", curvature, above=0)
+    truth = stability_limit(staleness) / curvature
+    return verdict(close(answer, truth, 0.01), "the limit is on lr × curvature; divide the edge by the curvature")
 
 
-def steps_at(min_steps: float, critical_batch: float, batch: float, answer: float) -> bool:
-    """Steps to the target at ``batch`` from S = S_min (1 + B_crit / B) (1 %)."""
-    truth = real("min_steps", min_steps, above=0) * (1 + real("critical_batch", critical_batch, above=0)
-                                                 / real("batch", batch, above=0))
-    return verdict(close(answer, truth, 0.01), "S = S_min (1 + B_crit / B)")
+def sync_round_time(workers: int, answer: float) -> bool:
+    """Mean duration of a synchronous round of ``workers`` with Exp(1) compute times (1 %).
 
-
-def _spectral_radius(problem: NoisyQuadratic, lr: float, batch: float) -> float:
-    """Growth factor of E[δ_i²] per step: the recursion of dpedu.sgd.noisy_quadratic, as a matrix."""
-    lam = problem.curvatures
-    step = torch.diag((1 - 2 * lr * lam) ** 2) + 4 * lr**2 / batch * (torch.outer(lam, lam) + torch.diag(lam**2))
-    return torch.linalg.eigvals(step).abs().max().item()
-
-
-def largest_base_lr(k: int, answer: float, base_batch: int = 4) -> bool:
-    """Largest lr₀ such that lr = k·lr₀ at batch k·base_batch keeps lesson 06's noisy quadratic stable.
-
-    One-sided: the answer must be stable (not above the edge) and within 1 % below it, so the
-    noise-free guess 1/(k·λ_max) (the loss's Hessian is 2Λ), which ignores the gradient noise, is
-    rejected. Round down: a value rounded up past the edge diverges.
+    The slowest of P Exp(1) times has mean H_P = 1 + 1/2 + ... + 1/P (the gaps between successive
+    finishers are Exp(P), Exp(P - 1), ..., Exp(1)), computed exactly for any P.
     """
-    whole("k", k)
-    whole("base_batch", base_batch)
-    problem = NoisyQuadratic.spectrum()
-    edge = stability_edge(lambda lr: _spectral_radius(problem, lr, k * base_batch) < 1,
-                          0.0, 2.0 / problem.curvatures.max().item()) / k
-    ok = isinstance(answer, (int, float)) and not isinstance(answer, bool) and 0.99 * edge <= answer <= edge
-    return verdict(ok, "the scaled learning rate must stay below the curvature limit, which the gradient noise "
-                       "lowers a little: above it the expected loss grows (round down, not up)")
+    whole("workers", workers, maximum=10**6)
+    truth = sum(1 / k for k in range(1, workers + 1))
+    return verdict(close(answer, truth, 0.01), "a round lasts as long as its slowest worker")
+
+
+def mean_staleness(workers: int, answer: float) -> bool:
+    """Mean number of updates an asynchronous gradient misses, with memoryless compute times (3 %)."""
+    whole("workers", workers, maximum=1024)
+    generator = torch.Generator().manual_seed(0)
+    finisher = torch.randint(workers, (100_000,), generator=generator).tolist()
+    last_read = [0] * workers
+    total = 0
+    for t, k in enumerate(finisher):
+        total += t - last_read[k]
+        last_read[k] = t + 1
+    truth = total / len(finisher)
+    return verdict(close(answer, truth, 0.03), "between a worker's read and its write, the others finish "
+                                                "at their own rate")
+
+
+def implicit_momentum(workers: int, answer: float) -> bool:
+    """The momentum that asynchrony with ``workers`` memoryless workers adds (1 %).
+
+    Mitliagkas et al. 2016: with geometric staleness the expected asynchronous update is heavy-ball
+    momentum 1 - 1/M, the relation lesson 06's part 5 measures for M = 8.
+    """
+    whole("workers", workers)
+    truth = 1 - 1 / workers
+    ok = close(answer, truth, 0.01) if truth else answer == 0
+    return verdict(ok, "an update arrives late by a geometric number of steps; the weights it was computed at "
+                       "lag the current ones like a heavy ball's velocity: momentum 1 - 1/M")
+
+
+def local_sgd_bytes(parameters: int, steps: int, period: int, answer: float) -> bool:
+    """Bytes a rank hands to all-reduces when local SGD or DiLoCo averages float32 ``parameters`` every ``period``
+    of ``steps`` steps (0.1 %): one all-reduce of every parameter per whole round, as part 8 counts them."""
+    whole("parameters", parameters)
+    whole("steps", steps)
+    whole("period", period)
+    truth = 4 * parameters * (steps // period)
+    return verdict(close(answer, truth, 0.001), "each round all-reduces every parameter once, 4 bytes each, "
+                                                "and a round is H steps")

@@ -1,82 +1,47 @@
-"""Checks for lesson 07's exercises: each runs SyncBatchNorm, the sampler or dropout on real ranks."""
+"""Checks for lesson 07's exercises."""
 
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
-from torch import nn
-from torch.utils.data.distributed import DistributedSampler
 
-from dpedu._validate import whole
-from dpedu.data_parallel.sync_batchnorm import SyncBatchNorm
-from dpedu.exercises import verdict
-from dpedu.runtime.launcher import launch
-from dpedu.runtime.traffic import bytes_sent
+from dpedu._validate import real, whole
+from dpedu.exercises import close, verdict
+from dpedu.sgd.noisy_quadratic import NoisyQuadratic
+from dpedu.sgd.staleness import stability_edge
 
 
-def _count_all_reduces(norm_layers: int) -> int:
-    torch.manual_seed(0)
-    layers = [m for _ in range(norm_layers) for m in (nn.Linear(4, 4), SyncBatchNorm(4))]
-    with bytes_sent() as sent:
-        nn.Sequential(*layers)(torch.randn(3, 4)).sum().backward()
-    return sum(what == "all_reduce" for what, _ in sent.calls)
+def linear_scaling(lr: float, batch: int, new_batch: int, answer: float) -> bool:
+    """The learning rate the linear scaling rule gives for ``new_batch`` (1 %)."""
+    truth = real("lr", lr, above=0) * real("new_batch", new_batch, above=0) / real("batch", batch, above=0)
+    return verdict(close(answer, truth, 0.01), "k times the batch, k times the learning rate")
 
 
-def allreduces_per_step(norm_layers: int, answer: int) -> bool:
-    """How many all-reduces does one training step (forward and backward) of ``norm_layers`` pairs of
-    Linear + ``dpedu.SyncBatchNorm`` make, DDP's gradient all-reduce left aside?"""
-    whole("norm_layers", norm_layers, maximum=8)
-    truth = launch(_count_all_reduces, 2, args=(norm_layers,))[0]
-    return verdict(answer == truth, "count per layer: the statistics in forward, and the two gradient sums in "
-                                    "backward (packed, each in one tensor)")
+def steps_at(min_steps: float, critical_batch: float, batch: float, answer: float) -> bool:
+    """Steps to the target at ``batch`` from S = S_min (1 + B_crit / B) (1 %)."""
+    truth = real("min_steps", min_steps, above=0) * (1 + real("critical_batch", critical_batch, above=0)
+                                                 / real("batch", batch, above=0))
+    return verdict(close(answer, truth, 0.01), "S = S_min (1 + B_crit / B)")
 
 
-def _shards_and_masks(what: str, shared: bool) -> list[int]:
-    seed = 0 if shared else dist.get_rank()
-    if what == "sampler":
-        return list(DistributedSampler(range(20), shuffle=True, seed=seed))
-    torch.manual_seed(seed)
-    return (nn.functional.dropout(torch.ones(16), 0.5) != 0).int().tolist()
+def _spectral_radius(problem: NoisyQuadratic, lr: float, batch: float) -> float:
+    """Growth factor of E[δ_i²] per step: the recursion of dpedu.sgd.noisy_quadratic, as a matrix."""
+    lam = problem.curvatures
+    step = torch.diag((1 - 2 * lr * lam) ** 2) + 4 * lr**2 / batch * (torch.outer(lam, lam) + torch.diag(lam**2))
+    return torch.linalg.eigvals(step).abs().max().item()
 
 
-def must_share_seed(what: str, answer: bool) -> bool:
-    """Must the seed of ``what`` ("sampler" or "dropout") be the same on every rank?"""
-    if what not in ("sampler", "dropout"):
-        raise ValueError(f"what must be 'sampler' or 'dropout', got {what!r}")
-    if not isinstance(answer, bool):
-        raise TypeError(f"answer must be True or False, got {answer!r}")
-    if what == "sampler":  # per-rank seeds break it when the shards stop being disjoint and complete
-        shards = launch(_shards_and_masks, 2, args=(what, False))
-        truth = sorted(shards[0] + shards[1]) != list(range(20))
-    else:  # a shared seed breaks it when every rank draws the same masks
-        masks = launch(_shards_and_masks, 2, args=(what, True))
-        truth = masks[0] != masks[1]
-    return verdict(answer == truth, "try both on two ranks: which choice makes the ranks repeat or miss work?")
+def largest_base_lr(k: int, answer: float, base_batch: int = 4) -> bool:
+    """Largest lr₀ such that lr = k·lr₀ at batch k·base_batch keeps lesson 07's noisy quadratic stable.
 
-
-def _running_var(batch_sizes: list[int], spatial: int) -> tuple[float, float]:
-    generator = torch.Generator().manual_seed(3)
-    everything = torch.randn(sum(batch_sizes), 1, spatial, generator=generator)
-    start = sum(batch_sizes[:dist.get_rank()])
-    layer = SyncBatchNorm(1, momentum=1.0)  # the running variance becomes this batch's, unbiased
-    layer(everything[start:start + batch_sizes[dist.get_rank()]])
-    return layer.running_var.item(), everything.var(unbiased=False).item()
-
-
-def unbiased_count(batch_sizes: list[int], spatial: int, answer: int) -> bool:
-    """Ranks hold ``batch_sizes`` samples of shape (1, ``spatial``): the running variance is the batch
-    variance times n/(n - 1). What is n?"""
-    if not isinstance(batch_sizes, list) or not 2 <= len(batch_sizes) <= 4:
-        raise ValueError(f"batch_sizes must list one batch size for each of 2 to 4 ranks, got {batch_sizes!r}")
-    for size in batch_sizes:
-        whole("batch_sizes[i]", size, maximum=64)
-    whole("spatial", spatial, maximum=64)
-    if isinstance(answer, bool) or not isinstance(answer, int) or answer < 2:
-        return verdict(False, "n counts values per channel over every rank: a whole number of at least 2")
-    truth = sum(batch_sizes) * spatial  # values of the channel over every rank
-    running, biased = launch(_running_var, len(batch_sizes), args=(batch_sizes, spatial))[0]
-    if abs(running - biased * truth / (truth - 1)) > 1e-5 * running:  # the layer itself shows the relation
-        raise RuntimeError(f"SyncBatchNorm's running variance {running} is not the batch variance {biased} "
-                           f"times n/(n - 1) for n = {truth}")
-    return verdict(answer == truth, "count every value of the channel: samples on every rank times positions "
-                                    "per sample")
+    One-sided: the answer must be stable (not above the edge) and within 1 % below it, so the
+    noise-free guess 1/(k·λ_max) (the loss's Hessian is 2Λ), which ignores the gradient noise, is
+    rejected. Round down: a value rounded up past the edge diverges.
+    """
+    whole("k", k)
+    whole("base_batch", base_batch)
+    problem = NoisyQuadratic.spectrum()
+    edge = stability_edge(lambda lr: _spectral_radius(problem, lr, k * base_batch) < 1,
+                          0.0, 2.0 / problem.curvatures.max().item()) / k
+    ok = isinstance(answer, (int, float)) and not isinstance(answer, bool) and 0.99 * edge <= answer <= edge
+    return verdict(ok, "the scaled learning rate must stay below the curvature limit, which the gradient noise "
+                       "lowers a little: above it the expected loss grows (round down, not up)")

@@ -1,72 +1,82 @@
-"""Checks for lesson 08's exercises: torchrun's numbering, launcher variables, and what a link costs."""
+"""Checks for lesson 08's exercises: each runs SyncBatchNorm, the sampler or dropout on real ranks."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils.data.distributed import DistributedSampler
 
-from dpedu._validate import real, whole
-from dpedu.cluster.rank_variables import torch_variables
-from dpedu.data_parallel.cost_model import LINK_BANDWIDTH, ring_time
-from dpedu.exercises import close, verdict
-
-
-def global_rank(nproc_per_node: int, group_rank: int, local_rank: int, answer: int) -> bool:
-    """Which ``RANK`` does torchrun give worker ``local_rank`` of node ``group_rank``, with
-    ``nproc_per_node`` workers per node? (Part 1 asserts the rule on torchrun's own output.)"""
-    whole("nproc_per_node", nproc_per_node)
-    whole("group_rank", group_rank, minimum=0)
-    whole("local_rank", local_rank, minimum=0, maximum=nproc_per_node - 1)
-    truth = group_rank * nproc_per_node + local_rank
-    return verdict(answer == truth, "nodes are numbered first, and each node holds LOCAL_WORLD_SIZE ranks")
+from dpedu._validate import whole
+from dpedu.data_parallel.sync_batchnorm import SyncBatchNorm
+from dpedu.exercises import verdict
+from dpedu.runtime.launcher import launch
+from dpedu.runtime.traffic import bytes_sent
 
 
-# What each launcher sets in a process it starts, and a few it does not; the last one has no launcher
-_ENVIRONMENTS = (
-    {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
-     "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "MASTER_ADDR": "node1"},
-    {"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2", "HOME": "/home/me"},
-    {"SLURM_PROCID": "6", "SLURM_NTASKS": "8", "SLURM_LOCALID": "2", "SLURM_NNODES": "2", "MASTER_ADDR": "node1"},
-    {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "SLURM_PROCID": "1",
-     "SLURM_NTASKS": "2", "SLURM_LOCALID": "1"},
-)
+def _count_all_reduces(norm_layers: int) -> int:
+    torch.manual_seed(0)
+    layers = [m for _ in range(norm_layers) for m in (nn.Linear(4, 4), SyncBatchNorm(4))]
+    with bytes_sent() as sent:
+        nn.Sequential(*layers)(torch.randn(3, 4)).sum().backward()
+    return sum(what == "all_reduce" for what, _ in sent.calls)
 
 
-def rank_and_size(my_function: Callable[[dict[str, str]], tuple[int, int]]) -> bool:
-    """Does ``my_function(environ) -> (rank, world_size)`` read the rank and the world size that
-    torchrun, Open MPI, MPICH or Slurm set, as ``dpedu.cluster.rank_variables`` does (torchrun first)?"""
-    if not callable(my_function):
-        raise TypeError(f"my_function must be a function of the environment, got {my_function!r}")
-    for environ in _ENVIRONMENTS:
-        _, variables = torch_variables(environ, master_port=29500)
-        truth = (int(variables["RANK"]), int(variables["WORLD_SIZE"]))
-        try:
-            answer = my_function(dict(environ))
-        except Exception as error:  # noqa: BLE001 - a learner's bug is an answer to show, not a crash
-            return verdict(False, f"for {environ} your function raised {type(error).__name__}: {error}")
-        if answer != truth:
-            return verdict(False, f"for {environ} it returned {answer!r}, expected {truth} (as ints)")
-    return verdict(True, "")
+def allreduces_per_step(norm_layers: int, answer: int) -> bool:
+    """How many all-reduces does one training step (forward and backward) of ``norm_layers`` pairs of
+    Linear + ``dpedu.SyncBatchNorm`` make, DDP's gradient all-reduce left aside?"""
+    whole("norm_layers", norm_layers, maximum=8)
+    truth = launch(_count_all_reduces, 2, args=(norm_layers,))[0]
+    return verdict(answer == truth, "count per layer: the statistics in forward, and the two gradient sums in "
+                                    "backward (packed, each in one tensor)")
 
 
-def bucket_milliseconds(link: str, world_size: int, answer: float) -> bool:
-    """How many milliseconds does the α-β model's bandwidth term give for all-reducing one 25 MiB bucket
-    (25 · 2**20 bytes, DDP's ``bucket_cap_mb=25``) in a ring of ``world_size`` ranks over ``link`` (a key
-    of ``LINK_BANDWIDTH``)? Within 2 %."""
-    if link not in LINK_BANDWIDTH:
-        raise ValueError(f"link must be one of {sorted(LINK_BANDWIDTH)}, got {link!r}")
-    whole("world_size", world_size, minimum=2)
-    truth = ring_time(25 * 2**20, 0.0, 1 / LINK_BANDWIDTH[link], world_size) * 1e3
-    return verdict(close(answer, truth, 0.02), "each rank sends 2(p - 1)/p of the bucket (25 MiB = 25 · 2**20 "
-                                              "bytes), at the link's bandwidth in bytes per second; in ms")
+def _shards_and_masks(what: str, shared: bool) -> list[int]:
+    seed = 0 if shared else dist.get_rank()
+    if what == "sampler":
+        return list(DistributedSampler(range(20), shuffle=True, seed=seed))
+    torch.manual_seed(seed)
+    return (nn.functional.dropout(torch.ones(16), 0.5) != 0).int().tolist()
 
 
-def gradient_parameters(link: str, world_size: int, seconds: float, answer: float) -> bool:
-    """How many float32 parameters can a ring of ``world_size`` ranks all-reduce in ``seconds`` over ``link``
-    (a key of ``LINK_BANDWIDTH``), by the α-β model's bandwidth term? Within 2 %."""
-    if link not in LINK_BANDWIDTH:
-        raise ValueError(f"link must be one of {sorted(LINK_BANDWIDTH)}, got {link!r}")
-    whole("world_size", world_size, minimum=2)
-    real("seconds", seconds, above=0)
-    truth = seconds / ring_time(4, 0.0, 1 / LINK_BANDWIDTH[link], world_size)  # the bandwidth term grows with bytes
-    return verdict(close(answer, truth, 0.02), "each rank sends 2(p - 1)/p of the gradients, 4 bytes a parameter, "
-                                              "at the link's bandwidth in bytes per second")
+def must_share_seed(what: str, answer: bool) -> bool:
+    """Must the seed of ``what`` ("sampler" or "dropout") be the same on every rank?"""
+    if what not in ("sampler", "dropout"):
+        raise ValueError(f"what must be 'sampler' or 'dropout', got {what!r}")
+    if not isinstance(answer, bool):
+        raise TypeError(f"answer must be True or False, got {answer!r}")
+    if what == "sampler":  # per-rank seeds break it when the shards stop being disjoint and complete
+        shards = launch(_shards_and_masks, 2, args=(what, False))
+        truth = sorted(shards[0] + shards[1]) != list(range(20))
+    else:  # a shared seed breaks it when every rank draws the same masks
+        masks = launch(_shards_and_masks, 2, args=(what, True))
+        truth = masks[0] != masks[1]
+    return verdict(answer == truth, "try both on two ranks: which choice makes the ranks repeat or miss work?")
+
+
+def _running_var(batch_sizes: list[int], spatial: int) -> tuple[float, float]:
+    generator = torch.Generator().manual_seed(3)
+    everything = torch.randn(sum(batch_sizes), 1, spatial, generator=generator)
+    start = sum(batch_sizes[:dist.get_rank()])
+    layer = SyncBatchNorm(1, momentum=1.0)  # the running variance becomes this batch's, unbiased
+    layer(everything[start:start + batch_sizes[dist.get_rank()]])
+    return layer.running_var.item(), everything.var(unbiased=False).item()
+
+
+def unbiased_count(batch_sizes: list[int], spatial: int, answer: int) -> bool:
+    """Ranks hold ``batch_sizes`` samples of shape (1, ``spatial``): the running variance is the batch
+    variance times n/(n - 1). What is n?"""
+    if not isinstance(batch_sizes, list) or not 2 <= len(batch_sizes) <= 4:
+        raise ValueError(f"batch_sizes must list one batch size for each of 2 to 4 ranks, got {batch_sizes!r}")
+    for size in batch_sizes:
+        whole("batch_sizes[i]", size, maximum=64)
+    whole("spatial", spatial, maximum=64)
+    if isinstance(answer, bool) or not isinstance(answer, int) or answer < 2:
+        return verdict(False, "n counts values per channel over every rank: a whole number of at least 2")
+    truth = sum(batch_sizes) * spatial  # values of the channel over every rank
+    running, biased = launch(_running_var, len(batch_sizes), args=(batch_sizes, spatial))[0]
+    if abs(running - biased * truth / (truth - 1)) > 1e-5 * running:  # the layer itself shows the relation
+        raise RuntimeError(f"SyncBatchNorm's running variance {running} is not the batch variance {biased} "
+                           f"times n/(n - 1) for n = {truth}")
+    return verdict(answer == truth, "count every value of the channel: samples on every rank times positions "
+                                    "per sample")

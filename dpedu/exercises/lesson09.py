@@ -1,37 +1,72 @@
-"""Checks for lesson 09's exercises: how often to checkpoint, and the epochs of an elastic run."""
+"""Checks for lesson 09's exercises: torchrun's numbering, launcher variables, and what a link costs."""
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
 
 from dpedu._validate import real, whole
-from dpedu.data_parallel.digits_ddp import digits_loader
+from dpedu.cluster.rank_variables import torch_variables
+from dpedu.data_parallel.cost_model import LINK_BANDWIDTH, ring_time
 from dpedu.exercises import close, verdict
 
-# Llama 3 (arXiv:2407.21783, Table 5), as part 2 cites it: unexpected interruptions, days, GPUs
-LLAMA3_INTERRUPTIONS, LLAMA3_DAYS, LLAMA3_GPUS = 419, 54, 16_384
+
+def global_rank(nproc_per_node: int, group_rank: int, local_rank: int, answer: int) -> bool:
+    """Which ``RANK`` does torchrun give worker ``local_rank`` of node ``group_rank``, with
+    ``nproc_per_node`` workers per node? (Part 1 asserts the rule on torchrun's own output.)"""
+    whole("nproc_per_node", nproc_per_node)
+    whole("group_rank", group_rank, minimum=0)
+    whole("local_rank", local_rank, minimum=0, maximum=nproc_per_node - 1)
+    truth = group_rank * nproc_per_node + local_rank
+    return verdict(answer == truth, "nodes are numbered first, and each node holds LOCAL_WORLD_SIZE ranks")
 
 
-def steps_per_epoch(global_batch_size: int, workers: int, answer: int) -> bool:
-    """How many steps of ``global_batch_size`` examples does an epoch of the digits training set have on
-    ``workers`` workers, each taking an equal share, as part 3's script reads it (``DistributedSampler``,
-    then full batches only)?"""
-    whole("global_batch_size", global_batch_size)
-    whole("workers", workers)
-    if global_batch_size % workers:
-        raise ValueError(f"global_batch_size {global_batch_size} must divide among workers={workers}")
-    truth = len(digits_loader(global_batch_size // workers, num_replicas=workers, rank=0))
-    return verdict(answer == truth, "each worker gets ceil(1438 / workers) examples (DistributedSampler pads the "
-                                    "last ones), in full batches of global_batch_size / workers")
+# What each launcher sets in a process it starts, and a few it does not; the last one has no launcher
+_ENVIRONMENTS = (
+    {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+     "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "MASTER_ADDR": "node1"},
+    {"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2", "HOME": "/home/me"},
+    {"SLURM_PROCID": "6", "SLURM_NTASKS": "8", "SLURM_LOCALID": "2", "SLURM_NNODES": "2", "MASTER_ADDR": "node1"},
+    {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "SLURM_PROCID": "1",
+     "SLURM_NTASKS": "2", "SLURM_LOCALID": "1"},
+)
 
 
-def checkpoint_minutes(gpus: int, write_minutes: float, answer: float) -> bool:
-    """At Llama 3's rate of unexpected interruptions per GPU-hour, how many minutes apart should a job on
-    ``gpus`` GPUs checkpoint when a checkpoint takes ``write_minutes`` to write (Young's rule,
-    √(2 · cost · MTBF))? Within 2 %."""
-    whole("gpus", gpus)
-    real("write_minutes", write_minutes, above=0)
-    mtbf_minutes = 60 * LLAMA3_DAYS * 24 * LLAMA3_GPUS / (LLAMA3_INTERRUPTIONS * gpus)
-    truth = math.sqrt(2 * write_minutes * mtbf_minutes)
-    return verdict(close(answer, truth, 0.02), "the job's MTBF is one GPU's divided by the number of GPUs; "
-                                              "then sqrt(2 x write time x MTBF), in minutes")
+def rank_and_size(my_function: Callable[[dict[str, str]], tuple[int, int]]) -> bool:
+    """Does ``my_function(environ) -> (rank, world_size)`` read the rank and the world size that
+    torchrun, Open MPI, MPICH or Slurm set, as ``dpedu.cluster.rank_variables`` does (torchrun first)?"""
+    if not callable(my_function):
+        raise TypeError(f"my_function must be a function of the environment, got {my_function!r}")
+    for environ in _ENVIRONMENTS:
+        _, variables = torch_variables(environ, master_port=29500)
+        truth = (int(variables["RANK"]), int(variables["WORLD_SIZE"]))
+        try:
+            answer = my_function(dict(environ))
+        except Exception as error:  # noqa: BLE001 - a learner's bug is an answer to show, not a crash
+            return verdict(False, f"for {environ} your function raised {type(error).__name__}: {error}")
+        if answer != truth:
+            return verdict(False, f"for {environ} it returned {answer!r}, expected {truth} (as ints)")
+    return verdict(True, "")
+
+
+def bucket_milliseconds(link: str, world_size: int, answer: float) -> bool:
+    """How many milliseconds does the α-β model's bandwidth term give for all-reducing one 25 MiB bucket
+    (25 · 2**20 bytes, DDP's ``bucket_cap_mb=25``) in a ring of ``world_size`` ranks over ``link`` (a key
+    of ``LINK_BANDWIDTH``)? Within 2 %."""
+    if link not in LINK_BANDWIDTH:
+        raise ValueError(f"link must be one of {sorted(LINK_BANDWIDTH)}, got {link!r}")
+    whole("world_size", world_size, minimum=2)
+    truth = ring_time(25 * 2**20, 0.0, 1 / LINK_BANDWIDTH[link], world_size) * 1e3
+    return verdict(close(answer, truth, 0.02), "each rank sends 2(p - 1)/p of the bucket (25 MiB = 25 · 2**20 "
+                                              "bytes), at the link's bandwidth in bytes per second; in ms")
+
+
+def gradient_parameters(link: str, world_size: int, seconds: float, answer: float) -> bool:
+    """How many float32 parameters can a ring of ``world_size`` ranks all-reduce in ``seconds`` over ``link``
+    (a key of ``LINK_BANDWIDTH``), by the α-β model's bandwidth term? Within 2 %."""
+    if link not in LINK_BANDWIDTH:
+        raise ValueError(f"link must be one of {sorted(LINK_BANDWIDTH)}, got {link!r}")
+    whole("world_size", world_size, minimum=2)
+    real("seconds", seconds, above=0)
+    truth = seconds / ring_time(4, 0.0, 1 / LINK_BANDWIDTH[link], world_size)  # the bandwidth term grows with bytes
+    return verdict(close(answer, truth, 0.02), "each rank sends 2(p - 1)/p of the gradients, 4 bytes a parameter, "
+                                              "at the link's bandwidth in bytes per second")

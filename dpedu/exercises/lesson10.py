@@ -1,79 +1,37 @@
-"""Checks for lesson 10's exercises: ZeRO's and HSDP's bytes, float16's range, what activation checkpointing
-keeps, and the slices of ZeRO-1 by hand."""
+"""Checks for lesson 10's exercises: how often to checkpoint, and the epochs of an elastic run."""
 
 from __future__ import annotations
 
 import math
 
-import torch
-
 from dpedu._validate import real, whole
-from dpedu.beyond.parallelism_plan import kept_activation_bytes
-from dpedu.beyond.zero_memory import PRECISIONS, model_state_bytes
-from dpedu.exercises import close, number, verdict
+from dpedu.data_parallel.digits_ddp import digits_loader
+from dpedu.exercises import close, verdict
+
+# Llama 3 (arXiv:2407.21783, Table 5), as part 2 cites it: unexpected interruptions, days, GPUs
+LLAMA3_INTERRUPTIONS, LLAMA3_DAYS, LLAMA3_GPUS = 419, 54, 16_384
 
 
-def zero_gigabytes(params: float, world_size: int, stage: int, answer: float, precision: str = "apex") -> bool:
-    """How many GB (1e9 bytes) of model states does each of ``world_size`` ranks hold under ZeRO ``stage``
-    (0 = DDP) for ``params`` parameters trained with mixed-precision Adam (within 1 %), in ``precision``'s
-    byte layout ("apex": 2 + 2 + 12, "autocast": 4 + 4 + 8)?"""
-    real("params", params, above=0)
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {tuple(PRECISIONS)}, got {precision!r}")
-    truth = model_state_bytes(params, world_size, stage, **PRECISIONS[precision])["total"] / 1e9
-    number(answer)
-    split = " + ".join(str(b) for b in PRECISIONS[precision].values())
-    return verdict(close(answer, truth, 0.01), f"16 bytes per parameter: {split}; which of the three does "
-                                               "this stage split over the ranks?")
+def steps_per_epoch(global_batch_size: int, workers: int, answer: int) -> bool:
+    """How many steps of ``global_batch_size`` examples does an epoch of the digits training set have on
+    ``workers`` workers, each taking an equal share, as part 3's script reads it (``DistributedSampler``,
+    then full batches only)?"""
+    whole("global_batch_size", global_batch_size)
+    whole("workers", workers)
+    if global_batch_size % workers:
+        raise ValueError(f"global_batch_size {global_batch_size} must divide among workers={workers}")
+    truth = len(digits_loader(global_batch_size // workers, num_replicas=workers, rank=0))
+    return verdict(answer == truth, "each worker gets ceil(1438 / workers) examples (DistributedSampler pads the "
+                                    "last ones), in full batches of global_batch_size / workers")
 
 
-def survives_float16(value: float, answer: bool) -> bool:
-    """Does ``value`` survive being stored in float16: non-zero and finite? A value at or below 2^-25 in
-    size rounds to 0; one at or above 65520 overflows to inf: neither survives."""
-    real("value", value)
-    if not isinstance(answer, bool):
-        raise TypeError(f"answer must be True or False, got {answer!r}")
-    stored = torch.tensor(value, dtype=torch.float32).half().item()
-    truth = stored != 0 and math.isfinite(stored)
-    return verdict(answer == truth, "float16's smallest positive (subnormal) value is 2^-24, about 6.0e-8; "
-                                    "a value at or below half of it rounds to 0; its largest is 65504, and "
-                                    "from 65520 on a value overflows to inf")
-
-
-def hsdp_gigabytes(params: float, shard_size: int, answer: float, precision: str = "apex") -> bool:
-    """How many GB (1e9 bytes) of model states does each GPU hold under HSDP that shards ``params``
-    parameters (mixed-precision Adam, ``precision``'s byte layout) within groups of ``shard_size`` GPUs
-    and replicates across the groups (within 1 %)?"""
-    real("params", params, above=0)
-    whole("shard_size", shard_size)
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {tuple(PRECISIONS)}, got {precision!r}")
-    truth = model_state_bytes(params, shard_size, 3, **PRECISIONS[precision])["total"] / 1e9
-    number(answer)
-    return verdict(close(answer, truth, 0.01), "HSDP is FSDP within one group: over how many GPUs is each "
-                                               "byte sharded, and does the number of groups matter?")
-
-
-def kept_with_checkpointing(blocks: int, width: int, batch: int, answer: int) -> bool:
-    """How many bytes does autograd keep from forward to backward for ``blocks`` of lesson 10 part 3's
-    float32 MLP blocks (Linear(w, 4w), GELU, Linear(4w, w)) on a batch of ``batch``, each block
-    checkpointed (the loss and the block being recomputed left out)?"""
-    whole("blocks", blocks)
-    whole("width", width)
-    whole("batch", batch)
-    truth = kept_activation_bytes(blocks, 0, batch * width * 4, full=True)
-    number(answer)
-    return verdict(answer == truth, "a checkpointed block keeps only its input: how many float32 values is "
-                                    "that, and how many blocks are there?")
-
-
-def zero_one_slice(params: int, ranks: int, answer: int) -> bool:
-    """How many elements of the flat parameters does each of ``ranks`` ranks step under
-    ``zero_one.Zero1Optimizer`` for a model of ``params`` parameters (exactly; the last slice includes the
-    padding)?"""
-    whole("params", params)
-    whole("ranks", ranks, maximum=100_000)
-    truth = -(-params // ranks)
-    number(answer)
-    return verdict(answer == truth, "the flat vector is padded to a multiple of the ranks, then cut in equal "
-                                    "slices: divide, rounding up")
+def checkpoint_minutes(gpus: int, write_minutes: float, answer: float) -> bool:
+    """At Llama 3's rate of unexpected interruptions per GPU-hour, how many minutes apart should a job on
+    ``gpus`` GPUs checkpoint when a checkpoint takes ``write_minutes`` to write (Young's rule,
+    √(2 · cost · MTBF))? Within 2 %."""
+    whole("gpus", gpus)
+    real("write_minutes", write_minutes, above=0)
+    mtbf_minutes = 60 * LLAMA3_DAYS * 24 * LLAMA3_GPUS / (LLAMA3_INTERRUPTIONS * gpus)
+    truth = math.sqrt(2 * write_minutes * mtbf_minutes)
+    return verdict(close(answer, truth, 0.02), "the job's MTBF is one GPU's divided by the number of GPUs; "
+                                              "then sqrt(2 x write time x MTBF), in minutes")

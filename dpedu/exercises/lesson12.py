@@ -1,38 +1,27 @@
-"""Checks for lesson 12's exercises: the script's micro-batch, the sampler's padding and the learning rate
-schedule."""
+"""Checks for lesson 12's exercises: the pipeline's bubble and 1F1B's memory."""
 
 from __future__ import annotations
 
-import math
-
 from dpedu._validate import whole
+from dpedu.beyond.pipeline import bubble_fraction, peak_in_flight, schedule
 from dpedu.exercises import close, number, verdict
-from dpedu.training_run.batches import micro_batch_size
-from dpedu.training_run.schedule import learning_rate
 
 
-def micro_batch(global_batch: int, ranks: int, accumulate: int, answer: int) -> bool:
-    """How many examples does each rank run per forward-backward with ``--global-batch global_batch`` on
-    ``ranks`` ranks and ``--accumulate accumulate`` (exactly; the script refuses batches that do not divide)?"""
-    truth = micro_batch_size(global_batch, ranks, accumulate)  # a ValueError names a global batch that does not divide
+def bubble(stages: int, micro_batches: int, answer: float) -> bool:
+    """What share of a GPipe step do ``stages`` stages spend idle with ``micro_batches`` micro-batches,
+    when every forward and backward takes the same time (within 1 %)?"""
+    truth = bubble_fraction(whole("stages", stages, maximum=1000), whole("micro_batches", micro_batches))
     number(answer)
-    return verdict(answer == truth, "one optimizer step sees the global batch: ranks x accumulate micro-batches")
+    return verdict(close(answer, truth, 0.01), "draw the timeline: how many slots does the first stage wait "
+                                               "before its first backward, and how many slots are there?")
 
 
-def padding(examples: int, ranks: int, answer: int) -> bool:
-    """How many examples does ``DistributedSampler`` (``drop_last=False``) repeat to split ``examples`` evenly
-    over ``ranks`` ranks?"""
-    whole("examples", examples)
-    whole("ranks", ranks, maximum=100_000)
+def micro_batches_kept(kind: str, stages: int, micro_batches: int, stage: int, answer: int) -> bool:
+    """At most how many micro-batches' activations does stage ``stage`` (0 = first) keep under ``kind``
+    ("gpipe" or "1f1b") with ``stages`` stages and ``micro_batches`` micro-batches?"""
+    whole("stages", stages, maximum=64)
+    whole("micro_batches", micro_batches, maximum=256)
+    truth = peak_in_flight(schedule(kind, stages, micro_batches, stage))
     number(answer)
-    truth = math.ceil(examples / ranks) * ranks - examples
-    return verdict(answer == truth, "every rank gets ceil(examples / ranks); the total minus examples is padding")
-
-
-def learning_rate_at(step: int, answer: float, *, peak: float = 3e-3, warmup: int = 100, total: int = 1000,
-                     final: float = 0.1) -> bool:
-    """The learning rate of optimizer step ``step`` (0-based) of the script's schedule (within 1 %)."""
-    truth = learning_rate(step, peak=peak, warmup=warmup, total=total, final=final)
-    number(answer)
-    return verdict(close(answer, truth, 0.01), "during warmup the rate is peak x (step + 1) / warmup; after it, "
-                                               "half a cosine from peak down to final x peak")
+    return verdict(answer == truth, "list the stage's forwards and backwards in order and count the "
+                                    "micro-batches forwarded but not yet backwarded")

@@ -1,41 +1,38 @@
-"""Checks for lesson 13's exercises: what accelerate's loader and backward do with the numbers you give them."""
+"""Checks for lesson 13's exercises: the script's micro-batch, the sampler's padding and the learning rate
+schedule."""
 
 from __future__ import annotations
 
 import math
 
-from dpedu._validate import real, whole
+from dpedu._validate import whole
 from dpedu.exercises import close, number, verdict
+from dpedu.training_run.batches import micro_batch_size
+from dpedu.training_run.schedule import learning_rate
 
 
-def examples_per_step(micro_batch: int, accumulate: int, processes: int, answer: int) -> bool:
-    """How many examples does one optimizer step see with a prepared ``DataLoader(batch_size=micro_batch)``,
-    ``gradient_accumulation_steps=accumulate`` and ``processes`` processes?"""
-    for name, value in (("micro_batch", micro_batch), ("accumulate", accumulate), ("processes", processes)):
-        whole(name, value)
+def micro_batch(global_batch: int, ranks: int, accumulate: int, answer: int) -> bool:
+    """How many examples does each rank run per forward-backward with ``--global-batch global_batch`` on
+    ``ranks`` ranks and ``--accumulate accumulate`` (exactly; the script refuses batches that do not divide)?"""
+    truth = micro_batch_size(global_batch, ranks, accumulate)  # a ValueError names a global batch that does not divide
     number(answer)
-    return verdict(answer == micro_batch * accumulate * processes,
-                   "each process takes whole batches of the loader's batch_size, one per micro-batch")
+    return verdict(answer == truth, "one optimizer step sees the global batch: ranks x accumulate micro-batches")
 
 
-def gathered(examples: int, batch: int, processes: int, answer: int) -> bool:
-    """How many predictions does ``accelerator.gather`` return over a whole prepared held-out loader of
-    ``examples`` examples, ``batch_size=batch``, on ``processes`` processes (``even_batches``, the default)?"""
-    for name, value in (("examples", examples), ("batch", batch), ("processes", processes)):
-        whole(name, value)
+def padding(examples: int, ranks: int, answer: int) -> bool:
+    """How many examples does ``DistributedSampler`` (``drop_last=False``) repeat to split ``examples`` evenly
+    over ``ranks`` ranks?"""
+    whole("examples", examples)
+    whole("ranks", ranks, maximum=100_000)
     number(answer)
-    rounds = math.ceil(math.ceil(examples / batch) / processes)
-    return verdict(answer == rounds * processes * batch,
-                   "the loader's batches are dealt to the processes in turn, and every process gets a full batch "
-                   "in every round: the short last batch and missing ones are filled from the start of the data")
+    truth = math.ceil(examples / ranks) * ranks - examples
+    return verdict(answer == truth, "every rank gets ceil(examples / ranks); the total minus examples is padding")
 
 
-def twice_divided_lr(lr: float, accumulate: int, answer: float) -> bool:
-    """With SGD (momentum or not, no weight decay) and no clipping, ``accelerator.backward(loss / accumulate)`` under
-    ``gradient_accumulation_steps=accumulate`` trains as the right loop would at which learning rate (1 %)?"""
-    real("lr", lr, above=0)
-    whole("accumulate", accumulate)
+def learning_rate_at(step: int, answer: float, *, peak: float = 3e-3, warmup: int = 100, total: int = 1000,
+                     final: float = 0.1) -> bool:
+    """The learning rate of optimizer step ``step`` (0-based) of the script's schedule (within 1 %)."""
+    truth = learning_rate(step, peak=peak, warmup=warmup, total=total, final=final)
     number(answer)
-    return verdict(close(answer, lr / accumulate, 0.01),
-                   "accelerator.backward divides by the accumulation steps already; a gradient divided again "
-                   "by accumulate moves SGD's parameters as a learning rate divided by it would")
+    return verdict(close(answer, truth, 0.01), "during warmup the rate is peak x (step + 1) / warmup; after it, "
+                                               "half a cosine from peak down to final x peak")

@@ -1,4 +1,4 @@
-"""Lesson 13: from the course's loops to the tools that wrap them.
+"""Lesson 14: from the course's loops to the tools that wrap them.
 
 Modules:
 - ``accelerate_loop``: one training loop written by hand with DDP and with Hugging Face ``accelerate``, each

@@ -1,4 +1,4 @@
-"""One training loop written twice: by hand with DDP, and with Hugging Face ``accelerate`` (lesson 13).
+"""One training loop written twice: by hand with DDP, and with Hugging Face ``accelerate`` (lesson 14).
 
 Both run inside a launched rank (``dpedu.launch``, ``torchrun`` or ``accelerate launch``) and train lesson 01's
 digits network with the same settings: micro-batches accumulated under ``no_sync``, the averaged gradient

@@ -28,15 +28,16 @@ LESSONS: tuple[Lesson, ...] = (
     Lesson(2, "Data parallelism by hand, nn.DataParallel", "Data parallelism"),
     Lesson(3, "Multi-process DDP from a notebook", "Data parallelism"),
     Lesson(4, "Collectives and all-reduce from scratch", "Data parallelism"),
-    Lesson(5, "Asynchronous updates, stale gradients", "Training at scale"),
-    Lesson(6, "Batch size and learning rate", "Training at scale"),
-    Lesson(7, "BatchNorm and randomness across ranks", "Training at scale"),
-    Lesson(8, "Scaling out: torchrun, MPI, Slurm", "In production"),
-    Lesson(9, "When things go wrong: failures, restarts", "In production"),
-    Lesson(10, "Sharding: ZeRO, FSDP, mixed precision", "Beyond data parallelism"),
-    Lesson(11, "Splitting the model: pipelines, tensors", "Beyond data parallelism"),
-    Lesson(12, "A real training run, end to end", "In production"),
-    Lesson(13, "Your loop in accelerate, and back", "In production"),
+    Lesson(5, "Inside DDP: buckets, overlap, hooks", "Data parallelism"),
+    Lesson(6, "Asynchronous updates, stale gradients", "Training at scale"),
+    Lesson(7, "Batch size and learning rate", "Training at scale"),
+    Lesson(8, "BatchNorm and randomness across ranks", "Training at scale"),
+    Lesson(9, "Scaling out: torchrun, MPI, Slurm", "In production"),
+    Lesson(10, "When things go wrong: failures, restarts", "In production"),
+    Lesson(11, "Sharding: ZeRO, FSDP, mixed precision", "Beyond data parallelism"),
+    Lesson(12, "Splitting the model: pipelines, tensors", "Beyond data parallelism"),
+    Lesson(13, "A real training run, end to end", "In production"),
+    Lesson(14, "Your loop in accelerate, and back", "In production"),
 )
 
 
@@ -46,7 +47,7 @@ def course_notebooks(folder: str | Path = NOTEBOOKS) -> tuple[list[Path], list[P
     return sorted(folder.glob("[0-9][0-9]_*.ipynb")), sorted(folder.glob("appendix_*.ipynb"))
 
 
-PER_ROW = 7  # lessons per row of the course map
+PER_ROW = 8  # lessons per row of the course map
 PROSE_WORDS_PER_MINUTE = 100  # careful reading of technical prose with formulas, not skimming
 CODE_LINES_PER_MINUTE = 12  # reading a cell, running it and reading what it prints
 

@@ -2,7 +2,7 @@
 
 ``explore`` puts a slider on each option of a drawing function and redraws on every change (lessons 01 and
 06); without a frontend (``DPEDU_STATIC=1``, or no ipywidgets) it draws once. ``progress`` wraps long loops
-(lessons 01 and 11).
+(lessons 01 and 12).
 """
 
 from __future__ import annotations

@@ -10,11 +10,11 @@
 - ``processes``: start, supervise and stop process groups safely: the one ``has_exited``, the one
   ``Supervisor`` every started process is waited for with (deadline, Ctrl-C, failure), ``stop_and_reap``.
 - ``commands``: torchrun, mpirun and other programs run together from a cell.
-- ``float32_precision``: full float32 on GPUs, no TF32, for results compared with the CPU's (lessons 02-12).
-- ``traffic``: the bytes this rank hands to ``torch.distributed``'s calls (lessons 04 and 10).
+- ``float32_precision``: full float32 on GPUs, no TF32, for results compared with the CPU's (lessons 02-13).
+- ``traffic``: the bytes this rank hands to ``torch.distributed``'s calls (lessons 04, 05 and 11).
 - ``environment``: the machine report of lesson 00.
-- ``stderr``: what torch's C++ side writes to standard error, caught (lesson 04).
-- ``machine_load``: how much of the cores other programs leave, and timing claims judged by it (lessons 04-12).
+- ``stderr``: what torch's C++ side writes to standard error, caught (lesson 05).
+- ``machine_load``: how much of the cores other programs leave, and timing claims judged by it (lessons 04-13).
 
 Nothing here imports the course's content packages.
 """

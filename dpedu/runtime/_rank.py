@@ -5,7 +5,7 @@ function unpickled, the process group joined) and then the outcome (a pickled ``
 ``("error", ...)``), and the rank's printed output through two files, so that it can show each rank's
 output labelled and in rank order whatever the start method.
 
-Used by every ``dpedu.launch`` (lessons 00, 03, 04, 07 to 11).
+Used by every ``dpedu.launch`` (lessons 00, 03 to 05, 08 to 12).
 """
 
 from __future__ import annotations

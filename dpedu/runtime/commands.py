@@ -1,7 +1,7 @@
 """Run several commands at once from a notebook (torchrun agents, mpirun), never leaving one behind; find
 the programs pip installed (mpiexec) wherever it put them.
 
-Used in lessons 03, 08 and 09.
+Used in lessons 03, 09 and 10.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def run_together(commands: Sequence[Sequence[str]], *, timeout: float, cwd: str 
 
     ``start_when`` holds the commands back: command i starts once the text ``start_when[i]`` has
     appeared in what the commands before it printed on stdout (``None``: at once, as without it), so that a cell
-    can start a second torchrun agent after the first one has reached a given step (lesson 09); if
+    can start a second torchrun agent after the first one has reached a given step (lesson 10); if
     those commands all end without printing it, ``RuntimeError`` says so at once.
     The commands' ``TMPDIR`` is a folder removed when they end, unless ``env`` sets it: what they leave
     there (torchrun's logs) goes with it.

@@ -5,8 +5,8 @@ is the *first* one; a hang has no error at all, so the useful answer is where ea
 module turns what ``dpedu.launch`` sees of its ranks (their reports, their exit codes, a stack each
 dumps on request) into those two answers: ``RankFailedError`` and ``LaunchTimeoutError``.
 
-Used by every ``dpedu.launch`` (lessons 00, 03, 04, 07 to 11); ``leftover_processes`` is asserted empty in
-lessons 00, 08, 09 and 10.
+Used by every ``dpedu.launch`` (lessons 00, 03 to 05, 08 to 12); ``leftover_processes`` is asserted empty in
+lessons 00, 09, 10 and 11.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ matmuls, but ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1`` (set in some vendor containe
 float32 on the CPU within 1e-6 to 1e-4, which TF32 breaks.
 
 ``pin_full_float32_precision()`` turns it off for the rest of the process: in a rank given a GPU
-(``dpedu.launch``'s nccl ranks, ``dpedu.scripts.train_ddp``, lesson 11's module split across GPUs) and
+(``dpedu.launch``'s nccl ranks, ``dpedu.scripts.train_ddp``, lesson 12's module split across GPUs) and
 in lesson 02's functions that put a model on the kernel's GPUs, whose results (the backward too) the
 lesson compares after they return. It goes through ``torch.set_float32_matmul_precision("highest")``,
 which undoes the override; setting only the newer ``torch.backends.cuda.matmul.fp32_precision = "ieee"``
@@ -15,7 +15,7 @@ would not do: under the override a later read of ``torch.backends.cuda.matmul.al
 torch's "mix of the legacy and new APIs" error.
 
 Used in lessons 02 (``nn_data_parallel``), 03, 07, 09, 10 and 11 (every GPU rank of ``dpedu.launch``, and
-``two_d_parallel.train_split``), and by ``dpedu.scripts.train_ddp`` (lessons 03, 08).
+``two_d_parallel.train_split``), and by ``dpedu.scripts.train_ddp`` (lessons 03, 09).
 """
 
 from __future__ import annotations

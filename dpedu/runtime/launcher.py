@@ -16,7 +16,7 @@ The child side (what runs inside each rank) lives in :mod:`dpedu.runtime._rank`;
 (fork, forkserver, spawn) in :mod:`dpedu.runtime.start_methods`; how failures and hangs are told apart and
 explained in :mod:`dpedu.runtime.failures`.
 
-Used in lessons 00, 03, 04 and 07 to 11 (and by ``./course check-gpu``).
+Used in lessons 00, 03 to 05 and 08 to 12 (and by ``./course check-gpu``).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from dpedu.runtime.rendezvous import free_port, on_loopback
 
 __all__ = ["launch"]
 
-_BACKENDS = ("gloo", "nccl")  # mpi needs ranks started by mpirun (lesson 08), not by launch
+_BACKENDS = ("gloo", "nccl")  # mpi needs ranks started by mpirun (lesson 09), not by launch
 _PORT_TRIES = 3
 # Seconds a rank may take to start (import torch and what fn needs, join the process group) before
 # ``timeout`` begins. Generous: a spawned rank on a loaded classroom server can take tens of seconds.

@@ -10,7 +10,7 @@ cannot even begin counting together count as a busy machine). Then
 expected, what was seen and what to do; where it could not, it says so in plain words and the lesson
 goes on.
 
-Used in lessons 04, 07, 11 and 12.
+Used in lessons 04, 05, 08, 12 and 13.
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ can only be ours, never a newcomer's that was given a freed pid.
 Every process the course starts is waited for the same way (``Supervisor``): ranks of
 ``dpedu.launch``, Hogwild's workers, commands run together, Slurm's daemons and jobs.
 
-Used by ``dpedu.launch`` (lessons 00, 03, 04, 07 to 11), ``run_together`` (lessons 03, 08, 09), Hogwild's
-workers (lesson 05) and the Slurm cluster (lesson 08).
+Used by ``dpedu.launch`` (lessons 00, 03 to 05, 08 to 12), ``run_together`` (lessons 03, 09, 10), Hogwild's
+workers (lesson 06) and the Slurm cluster (lesson 09).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Rank 0 listens there (a TCP key-value store); the other ranks connect, learn each other's
 addresses, and the process group is made. ``torchrun`` and ``dpedu.launch`` both start that way.
 
-Used by ``dpedu.launch`` and in lessons 03, 08 and 09 (torchrun, mpirun from a cell).
+Used by ``dpedu.launch`` and in lessons 03, 09 and 10 (torchrun, mpirun from a cell).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@
 With ``forkserver`` and ``spawn`` the function to run is sent to the child by value (cloudpickle),
 so functions defined in a notebook cell work with every method.
 
-Used by every ``dpedu.launch`` (lessons 00, 03, 04, 07 to 11) and by Hogwild's workers (lesson 05).
+Used by every ``dpedu.launch`` (lessons 00, 03 to 05, 08 to 12) and by Hogwild's workers (lesson 06).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 torch's C++ code (DDP's reducer, the profiler) logs to file descriptor 2 directly, past ``sys.stderr``,
 so the descriptor itself is redirected, into a temporary file, and put back however the block ends. The
 descriptor belongs to the whole process: whatever any thread writes to it inside the block is caught.
-Used by lesson 04's ``profile_trace`` (the profiler's log kept out of sight) and ``ddp_settings`` (DDP's
+Used by lesson 05's ``profile_trace`` (the profiler's log kept out of sight) and ``ddp_settings`` (DDP's
 warnings kept, without their time stamps, to be printed in the lesson).
 """
 

@@ -1,8 +1,8 @@
 """Count what this rank sends through ``torch.distributed``: ``with bytes_sent() as sent: ...``.
 
-Used in lesson 04 (the all-reduces written from point-to-point messages, and DDP's communication hooks
-through ``data_parallel.compression``), lesson 10 (DDP, ZeRO-1 and FSDP2 through ``beyond.zero_memory``,
-ZeRO-1 by hand in ``beyond.zero_one``) and the exercises of lessons 04 and 07.
+Used in lesson 04 (the all-reduces written from point-to-point messages), lesson 05 (DDP's communication
+hooks through ``data_parallel.compression``), lesson 11 (DDP, ZeRO-1 and FSDP2 through ``beyond.zero_memory``,
+ZeRO-1 by hand in ``beyond.zero_one``) and the exercises of lessons 04 and 08.
 
 What is counted, for each call this rank makes inside the block: the bytes of the tensors it hands to the
 call as its own contribution, not what the algorithm then puts on the wire (lesson 04 works that out for

@@ -1,4 +1,4 @@
-"""Allreduce with mpi4py, on NumPy arrays and on torch tensors: lesson 08.
+"""Allreduce with mpi4py, on NumPy arrays and on torch tensors: lesson 09.
 
     mpiexec -n 2 python -m dpedu.scripts.mpi_allreduce
 

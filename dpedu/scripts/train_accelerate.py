@@ -1,4 +1,4 @@
-"""Lesson 13's accelerate loop as a script: the same file runs under either launcher.
+"""Lesson 14's accelerate loop as a script: the same file runs under either launcher.
 
     accelerate launch --multi_gpu --num_processes 2 -m dpedu.scripts.train_accelerate --out run.pt
     torchrun --standalone --nproc-per-node 2 -m dpedu.scripts.train_accelerate --out run.pt

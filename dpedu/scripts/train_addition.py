@@ -1,4 +1,4 @@
-"""Train a small GPT to add multi-digit numbers with DistributedDataParallel: the script lesson 12 runs.
+"""Train a small GPT to add multi-digit numbers with DistributedDataParallel: the script lesson 13 runs.
 
 One machine, CPUs (gloo) or one GPU per rank (nccl), any number of ranks, the same global batch:
     torchrun --standalone --nproc-per-node=2 -m dpedu.scripts.train_addition --steps 1000 --global-batch 64
@@ -125,7 +125,7 @@ def main() -> None:
     device = torch.device("cuda", local_rank) if gpus else torch.device("cpu")
     precision = resolve_precision(args.precision, device)  # a bad choice fails here, before any rank waits
     if precision == "bfloat16" and device.type == "cpu":
-        os.environ.update(BF16_ENV)  # before the first matmul: oneDNN must not pick AMX (lesson 10 says why)
+        os.environ.update(BF16_ENV)  # before the first matmul: oneDNN must not pick AMX (lesson 11 says why)
     if gpus:
         torch.cuda.set_device(device)
     # nccl moves CUDA tensors; gloo keeps CPU collectives (the random states' all-gather) working beside it.

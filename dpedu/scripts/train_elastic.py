@@ -1,4 +1,4 @@
-"""Train the digits network with DDP on however many workers torchrun gives it, the global batch fixed: lesson 09.
+"""Train the digits network with DDP on however many workers torchrun gives it, the global batch fixed: lesson 10.
 
 An elastic job: each node starts the same command, and the job runs on between MIN and MAX of them,
 going on from the last checkpoint whenever one leaves or joins (here two "nodes" on one machine):
@@ -18,7 +18,7 @@ so the learning rate, are then those of a fixed world, and a run that shrinks an
 float rounding of one that never did. Steps per epoch must not change either, or step k would read
 other examples after a resize: the script refuses a checkpoint whose epochs had another length.
 
-Two options make a node's coming and going happen at a known step, for lesson 09's comparison:
+Two options make a node's coming and going happen at a known step, for lesson 10's comparison:
 --leave-at-step S, given to one node's command only: on reaching step S, that node's workers SIGKILL
 their agent and themselves, as when a machine is lost. (Not the node that serves the rendezvous: the job
 cannot outlive it. Group ranks come from each rendezvous, ordered by host and process id, so the node

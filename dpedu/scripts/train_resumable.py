@@ -1,4 +1,4 @@
-"""Train the digits network with DDP and checkpoints, so that torchrun can restart it after a failure: lesson 09.
+"""Train the digits network with DDP and checkpoints, so that torchrun can restart it after a failure: lesson 10.
 
 One machine, two processes; if a worker dies, torchrun stops the others and starts them all again (once):
     TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc_per_node=2 --max-restarts=1 \\

@@ -2,10 +2,10 @@
 
 What is shared is the *parameters*: every worker reads them, computes a gradient in its own memory
 (``.grad`` is private to each process), and writes its update straight into the shared tensors,
-while the others may be halfway through theirs. The gradients are therefore stale, as in lesson 05's
+while the others may be halfway through theirs. The gradients are therefore stale, as in lesson 06's
 simulator, and some updates overwrite others; on sparse or easy problems it still converges.
 
-Used in lesson 05.
+Used in lesson 06.
 """
 
 from __future__ import annotations

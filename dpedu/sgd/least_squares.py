@@ -5,7 +5,7 @@ With a design matrix ``A`` (features plus a column of ones for the bias), the lo
 optimum, the Hessian ``2 AᵀA / N`` (so the largest stable GD step is ``2 / λ_max``) and the gradient
 of every single example, whose spread is the noise of SGD.
 
-Used in lessons 01, 05 and 06.
+Used in lessons 01, 06 and 07.
 """
 
 from __future__ import annotations

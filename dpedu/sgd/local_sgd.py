@@ -1,6 +1,6 @@
-"""Communicating less often: local SGD and DiLoCo against synchronous SGD, loss against bytes sent (lesson 05).
+"""Communicating less often: local SGD and DiLoCo against synchronous SGD, loss against bytes sent (lesson 06).
 
-Synchronous SGD, what DDP computes (lessons 03 and 04), all-reduces the gradient at every step. Local SGD
+Synchronous SGD, what DDP computes (lessons 03 to 05), all-reduces the gradient at every step. Local SGD
 (parameter averaging; studied by Lin et al. 2018, arXiv:1808.07217, who also propose post-local SGD) lets
 every rank take ``period`` (H) optimizer steps on its own data and then averages the *parameters*: one
 all-reduce of the same size every H steps, so H times fewer bytes.

@@ -4,7 +4,7 @@ McCandlish et al. (2018): B_simple = tr(Σ) / |G|², with G the true gradient an
 per-example gradients. Much below B_simple a bigger batch buys an almost proportionally better
 step; much above it, almost nothing.
 
-Used in lesson 06.
+Used in lesson 07.
 """
 
 from __future__ import annotations

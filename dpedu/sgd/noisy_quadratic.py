@@ -6,7 +6,7 @@ Its expected loss is ``noise² + Σ λ_i δ_i²`` with ``δ = w - w*``, the Hess
 "steps to reach a loss" can be computed for any batch size and learning rate without sampling
 noise: the noisy quadratic model of Zhang et al. (2019).
 
-Used in lesson 06.
+Used in lesson 07.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def expected_excess(problem: NoisyQuadratic, lr: torch.Tensor | float, batch_siz
 
     ``isserlis_factor`` weights the λ_i² c_i term of the gradient's variance. The recursion is exact
     only at its default, 1; other values (0 drops the term, 2 doubles it) give the wrong recursions
-    that lesson 06 shows its check against sampled SGD rejecting.
+    that lesson 07 shows its check against sampled SGD rejecting.
     """
     if not isinstance(problem, NoisyQuadratic):
         raise TypeError(f"problem must be a NoisyQuadratic, got {type(problem).__name__}")

@@ -5,7 +5,7 @@ it other workers have moved the parameters on: the gradient is *stale* by the nu
 between. ``delayed_gd`` applies every gradient exactly ``staleness`` updates late, which isolates
 that one effect from all the randomness of a real run.
 
-Used in lesson 05.
+Used in lesson 06.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""Mini-batch SGD that records its own history: the loop lessons 01 and 06 train with.
+"""Mini-batch SGD that records its own history: the loop lessons 01 and 07 train with.
 
 ``batch_size = len(X)`` is full-batch gradient descent, ``batch_size = 1`` is SGD, anything between
 is mini-batch SGD. Each epoch visits the examples once in a fresh random order (sampling without
 replacement); the last batch of an epoch may be smaller.
 
-Used in lessons 01 and 06.
+Used in lessons 01 and 07.
 """
 
 from __future__ import annotations

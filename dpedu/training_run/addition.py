@@ -1,4 +1,4 @@
-"""Multi-digit addition as token sequences: the data lesson 12 trains its small GPT on, generated, never downloaded.
+"""Multi-digit addition as token sequences: the data lesson 13 trains its small GPT on, generated, never downloaded.
 
 One example is ``a+b=`` followed by the sum's digits **least significant first**: with 2 digits,
 ``"12+39="`` then ``"15"`` and ``"0"``, i.e. the tokens of ``"12+39=150"`` for 12 + 39 = 51. Writing the
@@ -10,7 +10,7 @@ digits, so every sequence has the same length, ``3 * digits + 3``: no padding, n
 ``addition_splits`` draws distinct pairs (a, b) from a seed and splits them into a training set and a
 held-out set that share no pair; the same seed gives the same tensors on every machine and every rank.
 
-Used in lesson 12 and by ``dpedu.scripts.train_addition``.
+Used in lesson 13 and by ``dpedu.scripts.train_addition``.
 """
 
 from __future__ import annotations

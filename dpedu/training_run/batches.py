@@ -1,4 +1,4 @@
-"""Which examples each rank trains on at each step, the same global batches for any number of ranks: lesson 12.
+"""Which examples each rank trains on at each step, the same global batches for any number of ranks: lesson 13.
 
 ``DistributedSampler`` (with ``set_epoch``, so each epoch has a new order) shuffles the indices with a
 generator seeded by ``seed + epoch``, the same permutation on every rank, and gives rank r every world-th
@@ -10,7 +10,7 @@ or 4 ranks see the same examples at every step, and a resumed run can start mid-
 An epoch is ``examples // global_batch`` steps: the sampler's padding (repeated indices, added so that every
 rank's share has the same length) is never reached.
 
-Used in lesson 12 and by ``dpedu.scripts.train_addition``.
+Used in lesson 13 and by ``dpedu.scripts.train_addition``.
 """
 
 from __future__ import annotations

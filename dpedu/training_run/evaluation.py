@@ -1,4 +1,4 @@
-"""Held-out accuracy: exact match of the answer, computed on every rank's shard and summed: lesson 12.
+"""Held-out accuracy: exact match of the answer, computed on every rank's shard and summed: lesson 13.
 
 The metric is exact match: an example counts as correct when every digit of its answer is right. It is
 computed teacher-forced, in one forward pass: the prediction at each answer position is the argmax given
@@ -16,7 +16,7 @@ weighs shards of unequal length right: the result equals one process evaluating 
 Evaluating in the middle of training (``train_addition --eval-every``) must not leave the model in eval mode:
 ``evaluating`` switches dropout off for the evaluation and back on after it.
 
-Used in lesson 12 and by ``dpedu.scripts.train_addition``.
+Used in lesson 13 and by ``dpedu.scripts.train_addition``.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@
 - ``peak_flops``: this process's peak, measured: the best of a few square matmuls, with its own threads.
 - ``mfu``: achieved model FLOP/s over the peak of the devices that achieved them (PaLM's definition).
 
-Used in lesson 12 and by ``dpedu.scripts.train_addition``.
+Used in lesson 13 and by ``dpedu.scripts.train_addition``.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def non_embedding_parameters(model: nn.Module) -> int:
 
 
 def training_flops_per_token(model: nn.Module, sequence: int) -> int:
-    """FLOPs of one token's forward and backward through ``model`` (lesson 12's ``gpt.GPT``), in sequences
+    """FLOPs of one token's forward and backward through ``model`` (lesson 13's ``gpt.GPT``), in sequences
     of ``sequence`` tokens: 6·N + 12·L·d·T (N non-embedding parameters, L layers, width d, T = ``sequence``)."""
     whole("sequence", sequence)
     layers, width = len(model.blocks), model.tokens.embedding_dim
@@ -65,7 +65,7 @@ def peak_flops(device: torch.device | str = "cpu", dtype: torch.dtype = torch.fl
                sizes: Sequence[int] | None = None, repeats: int = 5) -> float:
     """This process's peak FLOP/s on ``device`` in ``dtype``, measured: for each size n the median time of
     ``repeats`` n × n matmuls (2·n³ FLOPs) after an untimed one; the best size's rate. With this process's
-    threads (one per rank in lesson 12, where a few hundred rows reach a core's peak in a few hundredths of a
+    threads (one per rank in lesson 13, where a few hundred rows reach a core's peak in a few hundredths of a
     second; more threads and GPUs get larger sizes). Leaves the random state alone (a run must not draw other
     numbers for having measured)."""
     device = torch.device(device)

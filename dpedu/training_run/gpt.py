@@ -1,11 +1,11 @@
-"""A small GPT: token and position embeddings, pre-norm blocks of causal self-attention and an MLP: lesson 12.
+"""A small GPT: token and position embeddings, pre-norm blocks of causal self-attention and an MLP: lesson 13.
 
 The same shape as GPT-2 (Radford et al. 2019) and nanoGPT, scaled down to a few hundred thousand parameters
 at most, so that one CPU core trains it in seconds. Attention is ``torch.nn.functional.
 scaled_dot_product_attention`` with ``is_causal=True``: position t attends to positions 0..t only, so
 the logits at t never depend on a later token (the tests check it).
 
-Used in lesson 12 and by ``dpedu.scripts.train_addition``.
+Used in lesson 13 and by ``dpedu.scripts.train_addition``.
 """
 
 from __future__ import annotations

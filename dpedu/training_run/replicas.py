@@ -1,4 +1,4 @@
-"""What all ranks of lesson 12's run agree on: the global loss, the parameters, each rank's random state.
+"""What all ranks of lesson 13's run agree on: the global loss, the parameters, each rank's random state.
 
 ``global_mean`` is the log's loss: rank 0's own loss is the mean over its shard only, noisier than the loss
 of the global batch the step actually descended; one all-reduce of the per-step losses gives the latter.
@@ -6,7 +6,7 @@ of the global batch the step actually descended; one all-reduce of the per-step 
 against another run); ``random_states`` and ``restore_random_states`` let a checkpoint hold every rank's
 random state (dropout draws differ per rank), so a resumed run draws what the uninterrupted one would have.
 
-Used in lesson 12 and by ``dpedu.scripts.train_addition``.
+Used in lesson 13 and by ``dpedu.scripts.train_addition``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One optimizer step of lesson 12's run: accumulate micro-batches under ``no_sync``, clip, scale, step.
+"""One optimizer step of lesson 13's run: accumulate micro-batches under ``no_sync``, clip, scale, step.
 
 Gradient accumulation: the step's ``accumulate`` micro-batches run forward and backward one after another,
 their gradients adding up in ``.grad``; each loss is divided by ``accumulate``, so the sum is the mean over
@@ -8,10 +8,10 @@ the last backward, outside it, all-reduces the accumulated gradients once: one a
 
 Mixed precision: ``torch.autocast`` runs the forward in 16 bits, the loss in float32. With float16 a
 ``GradScaler`` multiplies the loss before backward so that small gradients do not vanish, unscales the
-gradients before clipping, and skips a step whose gradients overflowed (lesson 10). With float32 or
+gradients before clipping, and skips a step whose gradients overflowed (lesson 11). With float32 or
 bfloat16 the scaler is built disabled and each of its calls does nothing.
 
-Used in lesson 12 and by ``dpedu.scripts.train_addition``.
+Used in lesson 13 and by ``dpedu.scripts.train_addition``.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ PRECISIONS = ("auto", "float32", "bfloat16", "float16")
 
 def resolve_precision(precision: str, device: torch.device) -> str:
     """``auto``: float16 (with a GradScaler) on CUDA; float32 on CPU, where bfloat16 autocast made this
-    small model slower, not faster (measured for lesson 12). float16 needs CUDA. float16 is the teaching case
-    (lesson 10's loss scaling, and every CUDA GPU has it); on Ampere and newer GPUs bfloat16, which needs no
+    small model slower, not faster (measured for lesson 13). float16 needs CUDA. float16 is the teaching case
+    (lesson 11's loss scaling, and every CUDA GPU has it); on Ampere and newer GPUs bfloat16, which needs no
     scaler, is the usual choice (``torch.cuda.is_bf16_supported()``; here ``--precision bfloat16``)."""
     if precision not in PRECISIONS:
         raise ValueError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")

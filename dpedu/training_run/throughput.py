@@ -1,4 +1,4 @@
-"""Does data parallelism make lesson 12's training faster? Step times measured, and predicted at scale: lesson 12.
+"""Does data parallelism make lesson 13's training faster? Measured (lesson 13), and predicted at scale (lesson 09).
 
 Measured inside ranks started by ``dpedu.launch`` (every function here but the last two runs on every rank):
 - ``training_throughput``: samples per second of the real step (``step.train_step`` on the ``gpt.GPT`` of
@@ -7,7 +7,7 @@ Measured inside ranks started by ``dpedu.launch`` (every function here but the l
 - ``matmul_seconds``: the time of a fixed amount of matmul work per rank, to see ranks × threads compete
   for cores (oversubscription);
 - ``controlled_steps``: a step whose compute is a sleep of a chosen duration (a process that sleeps uses no
-  core: lesson 12's technique), followed by a real all-reduce of the gradients' size, so that the share of
+  core: lesson 13's technique), followed by a real all-reduce of the gradients' size, so that the share of
   the step spent communicating is measured without ranks competing for the cores.
 
 Predicted (plain arithmetic, any α-β model of an all-reduce's time can feed it): ``exposed_communication``,

@@ -94,7 +94,7 @@ def test_ddp_over_a_module_on_two_devices_equals_one_process_on_all_batches():
 
 def test_the_split_module_trains_in_full_float32_even_under_the_tf32_override(monkeypatch, tf32_override):
     """A GPU's TF32 under TORCH_ALLOW_TF32_CUBLAS_OVERRIDE, emulated in forked gloo ranks (tests/tf32.py), as
-    lesson 11 starts them: train_split's own pin keeps the lesson's 1e-6, which TF32 would break."""
+    lesson 12 starts them: train_split's own pin keeps the lesson's 1e-6, which TF32 would break."""
     def trained():
         return launch(lambda: tdp.train_split(steps=5, lr=0.1), 2, start_method="fork")[0]
 

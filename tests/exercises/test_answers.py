@@ -24,6 +24,7 @@ from dpedu.exercises import (
     lesson11,
     lesson12,
     lesson13,
+    lesson14,
 )
 from dpedu.notebook.course import LESSONS
 
@@ -59,7 +60,7 @@ def test_every_exercise_of_every_lesson_has_an_answer(lesson, capsys):
 def test_code_answers_are_printed_from_their_source_and_values_belong_to_exercises(capsys):
     assert set(answers.CODE) | set(answers.VALUES) <= set(answers.TEXTS)
     assert all(answers.TEXTS[key][0].startswith("code") for key in answers.CODE)
-    answers.answer(8, 2)
+    answers.answer(9, 2)
     assert "def my_rank_and_size(environ" in capsys.readouterr().out
 
 
@@ -106,26 +107,33 @@ def test_lesson04_answers_pass_the_checks():
     assert lesson04.ring_seconds(25 * 2**20, alpha, beta, 16, answers.ring_seconds(25 * 2**20, alpha, beta, 16))
 
 
-def test_lesson05_and_06_answers_pass_the_checks():
+def test_lesson05_answers_pass_the_checks():
     values = answers.VALUES
-    assert lesson05.largest_lr(3, 4.0, values[5, 1])
-    assert lesson05.sync_round_time(4, values[5, 2])
-    assert lesson05.mean_staleness(16, values[5, 3])
-    assert lesson05.implicit_momentum(2, values[5, 5])
-    assert lesson05.local_sgd_bytes(150_000_000, 10_000, 500, values[5, 6])
-    assert lesson06.linear_scaling(0.1, 256, 2048, values[6, 1])
-    assert lesson06.steps_at(100, 1000, 250, values[6, 2])
-    assert lesson06.largest_base_lr(32, values[6, 3])
+    assert lesson05.buckets_per_step([3 * 2**20] * 4, 5, values[5, 1]["MiniDDP"], values[5, 1]["torch DDP"])
+    assert lesson05.compressed_ring_bytes(25 * 2**20, 8, values[5, 3])
+    assert lesson05.powersgd_fewer(4096, 4096, 4, values[5, 4])
 
 
-def test_lesson07_answers_pass_the_checks():
+def test_lesson06_and_07_answers_pass_the_checks():
     values = answers.VALUES
-    assert lesson07.allreduces_per_step(3, values[7, 1])
-    assert all(lesson07.must_share_seed(what, share) for what, share in values[7, 2].items())
-    assert lesson07.unbiased_count([3, 1], 5, values[7, 3])
+    assert lesson06.largest_lr(3, 4.0, values[6, 1])
+    assert lesson06.sync_round_time(4, values[6, 2])
+    assert lesson06.mean_staleness(16, values[6, 3])
+    assert lesson06.implicit_momentum(2, values[6, 5])
+    assert lesson06.local_sgd_bytes(150_000_000, 10_000, 500, values[6, 6])
+    assert lesson07.linear_scaling(0.1, 256, 2048, values[7, 1])
+    assert lesson07.steps_at(100, 1000, 250, values[7, 2])
+    assert lesson07.largest_base_lr(32, values[7, 3])
 
 
-def test_lesson07_ghost_batch_norm_normalises_each_chunk_on_its_own():
+def test_lesson08_answers_pass_the_checks():
+    values = answers.VALUES
+    assert lesson08.allreduces_per_step(3, values[8, 1])
+    assert all(lesson08.must_share_seed(what, share) for what, share in values[8, 2].items())
+    assert lesson08.unbiased_count([3, 1], 5, values[8, 3])
+
+
+def test_lesson08_ghost_batch_norm_normalises_each_chunk_on_its_own():
     x = torch.randn(6, 3, 2, 2, generator=torch.Generator().manual_seed(0))
     plain = torch.nn.BatchNorm2d(3)
     contiguous, interleaved = answers.GhostBatchNorm2d(3, 2), answers.GhostBatchNorm2d(3, 2, interleaved=True)
@@ -134,35 +142,35 @@ def test_lesson07_ghost_batch_norm_normalises_each_chunk_on_its_own():
     assert torch.allclose(interleaved(x)[1::2], plain(x[1::2]), atol=1e-6)
 
 
-def test_lesson08_to_10_answers_pass_the_checks():
+def test_lesson09_to_11_answers_pass_the_checks():
     values = answers.VALUES
-    assert lesson08.global_rank(8, 2, 3, values[8, 1])
-    assert lesson08.rank_and_size(answers.my_rank_and_size)
-    assert lesson08.bucket_milliseconds("100 GbE", 64, values[8, 3])
-    assert lesson08.gradient_parameters("10 GbE", 8, 1.0, values[8, 4])
-    assert lesson08.gradient_parameters("InfiniBand NDR", 8, 1.0, 40 * values[8, 4])  # the second half
-    eighty, one_batch = values[9, 3].values()
-    assert all(lesson09.steps_per_epoch(80, workers, steps) for workers, steps in eighty.items())
-    assert all(lesson09.steps_per_epoch(one_batch, workers, 17) for workers in (1, 2, 3, 4))
-    assert lesson09.checkpoint_minutes(4096, 5, values[9, 4])
-    assert lesson10.zero_gigabytes(13e9, 16, 2, values[10, 1])
-    assert lesson10.zero_gigabytes(13e9, 16, 2, 61.75, "autocast")  # the second half of the answer's text
-    assert all(lesson10.survives_float16(value, survives) for value, survives in values[10, 2].items())
-    assert lesson10.hsdp_gigabytes(7.5e9, 8, values[10, 3], "autocast")
-    assert lesson10.kept_with_checkpointing(12, 128, 512, values[10, 4])
-    assert lesson10.zero_one_slice(1732, 3, values[10, 5])
+    assert lesson09.global_rank(8, 2, 3, values[9, 1])
+    assert lesson09.rank_and_size(answers.my_rank_and_size)
+    assert lesson09.bucket_milliseconds("100 GbE", 64, values[9, 3])
+    assert lesson09.gradient_parameters("10 GbE", 8, 1.0, values[9, 4])
+    assert lesson09.gradient_parameters("InfiniBand NDR", 8, 1.0, 40 * values[9, 4])  # the second half
+    eighty, one_batch = values[10, 3].values()
+    assert all(lesson10.steps_per_epoch(80, workers, steps) for workers, steps in eighty.items())
+    assert all(lesson10.steps_per_epoch(one_batch, workers, 17) for workers in (1, 2, 3, 4))
+    assert lesson10.checkpoint_minutes(4096, 5, values[10, 4])
+    assert lesson11.zero_gigabytes(13e9, 16, 2, values[11, 1])
+    assert lesson11.zero_gigabytes(13e9, 16, 2, 61.75, "autocast")  # the second half of the answer's text
+    assert all(lesson11.survives_float16(value, survives) for value, survives in values[11, 2].items())
+    assert lesson11.hsdp_gigabytes(7.5e9, 8, values[11, 3], "autocast")
+    assert lesson11.kept_with_checkpointing(12, 128, 512, values[11, 4])
+    assert lesson11.zero_one_slice(1732, 3, values[11, 5])
 
 
-def test_lesson11_and_12_answers_pass_the_checks():
+def test_lesson12_and_13_answers_pass_the_checks():
     values = answers.VALUES
-    bubbles = values[11, 1]
-    assert lesson11.bubble(4, 8, bubbles[8]) and lesson11.bubble(4, 16, bubbles[16])
+    bubbles = values[12, 1]
+    assert lesson12.bubble(4, 8, bubbles[8]) and lesson12.bubble(4, 16, bubbles[16])
     fewest = bubbles["fewest micro-batches under 10 %"]
     assert bubble_fraction(4, fewest) < 0.1 <= bubble_fraction(4, fewest - 1)
-    assert all(lesson11.micro_batches_kept(kind, 4, 8, 1, kept) for kind, kept in values[11, 2].items())
-    assert lesson12.micro_batch(96, 3, 2, values[12, 1])
-    assert lesson12.padding(1000, 16, values[12, 2])
-    assert lesson12.learning_rate_at(50, values[12, 3])
-    assert lesson13.examples_per_step(8, 4, 3, values[13, 1])
-    assert lesson13.gathered(359, 50, 4, values[13, 2]["gather"])
-    assert lesson13.twice_divided_lr(0.1, 4, values[13, 3])
+    assert all(lesson12.micro_batches_kept(kind, 4, 8, 1, kept) for kind, kept in values[12, 2].items())
+    assert lesson13.micro_batch(96, 3, 2, values[13, 1])
+    assert lesson13.padding(1000, 16, values[13, 2])
+    assert lesson13.learning_rate_at(50, values[13, 3])
+    assert lesson14.examples_per_step(8, 4, 3, values[14, 1])
+    assert lesson14.gathered(359, 50, 4, values[14, 2]["gather"])
+    assert lesson14.twice_divided_lr(0.1, 4, values[14, 3])

@@ -1,46 +1,39 @@
 import pytest
+import torch
 
 from dpedu.exercises import lesson07
+from dpedu.sgd.noisy_quadratic import NoisyQuadratic, expected_excess
 
 
-def test_allreduce_count_check_counts_two_per_layer():
-    assert lesson07.allreduces_per_step(3, 6)
-    assert not lesson07.allreduces_per_step(3, 3)
+def test_checks():
+    assert lesson07.linear_scaling(0.1, 256, 2048, 0.8)
+    assert not lesson07.linear_scaling(0.1, 256, 2048, 0.1)
+    assert lesson07.steps_at(100, 1000, 250, 500)
+    assert not lesson07.steps_at(100, 1000, 250, 400)
+    assert lesson07.largest_base_lr(32, 0.0306) and not lesson07.largest_base_lr(32, 0.05)
 
 
-def test_seed_check_tells_the_sampler_from_dropout():
-    assert lesson07.must_share_seed("sampler", True) and not lesson07.must_share_seed("sampler", False)
-    assert lesson07.must_share_seed("dropout", False) and not lesson07.must_share_seed("dropout", True)
+def test_the_base_lr_check_rejects_the_noise_free_guess_and_unstable_answers():
+    assert lesson07.largest_base_lr(32, 0.030764)  # the edge with gradient noise (5 digits)
+    assert not lesson07.largest_base_lr(32, 1 / 32)  # 2 / (k * lambda_max): 1.6 % too high, unstable
+    assert not lesson07.largest_base_lr(32, 0.03080)  # 0.1 % above the edge: still unstable
+    assert not lesson07.largest_base_lr(32, 0.0300)  # safe, but 2.5 % short of the largest
 
 
-def test_unbiased_count_check_runs_sync_batchnorm():
-    assert lesson07.unbiased_count([3, 1], 5, 20)
-    assert not lesson07.unbiased_count([3, 1], 5, 15)  # one rank's count
-    assert not lesson07.unbiased_count([3, 1], 5, 4)  # the samples alone
+def test_the_base_lr_edge_is_where_the_exact_expected_loss_stops_settling():
+    """Independently of the check's matrix: noisy_quadratic's recursion, run at batch 32 · 4."""
+    problem = NoisyQuadratic.spectrum()
+    curves = expected_excess(problem, 32 * torch.tensor([0.0306, 1 / 32]), 32 * 4, 3000)
+    settled, exploded = curves[:, 0], curves[:, 1]
+    assert abs(settled[-1] - settled[-1000]) < 1e-9 * settled[-1]  # at its noise floor
+    assert exploded[-1] > 1e20 * exploded[-1000]  # 1/32 is on the unstable side
 
 
-def test_unbiased_count_check_compares_whole_numbers_even_for_large_counts():
-    assert lesson07.unbiased_count([64, 64], 64, 8192)
-    assert not lesson07.unbiased_count([64, 64], 64, 8000)  # n/(n - 1) differs from the truth's by 3e-6
-
-
-def test_unbiased_count_check_calls_what_is_not_a_count_wrong_before_launching(monkeypatch, capsys):
-    monkeypatch.setattr(lesson07, "launch", lambda *args, **kwargs: pytest.fail("launched for a hopeless answer"))
-    for answer in (1, 20.0, True, "20"):
-        assert not lesson07.unbiased_count([3, 1], 5, answer)
-    assert "whole number" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize(("call", "error", "name"), [
-    (lambda: lesson07.allreduces_per_step(0, 0), ValueError, "norm_layers"),
-    (lambda: lesson07.allreduces_per_step(100, 0), ValueError, "norm_layers must be an int from 1 to 8"),
-    (lambda: lesson07.must_share_seed("init", True), ValueError, "what"),
-    (lambda: lesson07.must_share_seed("sampler", "yes"), TypeError, "answer"),
-    (lambda: lesson07.unbiased_count([3], 5, 15), ValueError, "batch_sizes"),
-    (lambda: lesson07.unbiased_count([3, 0], 5, 15), ValueError, "batch_sizes"),
-    (lambda: lesson07.unbiased_count([3, 1], 0, 15), ValueError, "spatial"),
-    (lambda: lesson07.unbiased_count("3, 1", 5, 4), ValueError, "batch_sizes"),
-])
-def test_bad_arguments_are_refused_by_name(call, error, name):
-    with pytest.raises(error, match=name):
+@pytest.mark.parametrize(("call", "name"), [(lambda: lesson07.linear_scaling(-0.1, 256, 512, 1.0), "lr"),
+                                            (lambda: lesson07.steps_at(100, 0, 250, 1.0), "critical_batch"),
+                                            (lambda: lesson07.steps_at(100, 10, float("inf"), 1.0), "batch"),
+                                            (lambda: lesson07.largest_base_lr(0, 1.0), "k"),
+                                            (lambda: lesson07.largest_base_lr(4, 1.0, base_batch=0), "base_batch")])
+def test_bad_arguments(call, name):
+    with pytest.raises(ValueError, match=name):
         call()

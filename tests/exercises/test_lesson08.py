@@ -1,41 +1,46 @@
 import pytest
 
 from dpedu.exercises import lesson08
-from dpedu.exercises.answers import my_rank_and_size  # the model answer
 
 
-def test_global_rank_follows_torchruns_numbering():
-    assert lesson08.global_rank(4, 2, 3, 11)
-    assert not lesson08.global_rank(4, 2, 3, 7)
-    with pytest.raises(ValueError, match="local_rank"):
-        lesson08.global_rank(4, 0, 4, 4)
+def test_allreduce_count_check_counts_two_per_layer():
+    assert lesson08.allreduces_per_step(3, 6)
+    assert not lesson08.allreduces_per_step(3, 3)
 
 
-def _slurm_first(environ):
-    for rank, size in (("SLURM_PROCID", "SLURM_NTASKS"), ("RANK", "WORLD_SIZE"),
-                       ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE")):
-        if rank in environ:
-            return int(environ[rank]), int(environ[size])
+def test_seed_check_tells_the_sampler_from_dropout():
+    assert lesson08.must_share_seed("sampler", True) and not lesson08.must_share_seed("sampler", False)
+    assert lesson08.must_share_seed("dropout", False) and not lesson08.must_share_seed("dropout", True)
 
 
-def test_rank_and_size_accepts_a_right_mapping_and_catches_wrong_ones(capsys):
-    assert lesson08.rank_and_size(my_rank_and_size)
-    assert not lesson08.rank_and_size(_slurm_first)  # torchrun inside srun: its RANK is the right one
-    assert not lesson08.rank_and_size(lambda environ: (environ["RANK"], environ["WORLD_SIZE"]))  # raises
-    assert "KeyError" in capsys.readouterr().out
-    with pytest.raises(TypeError, match="my_function"):
-        lesson08.rank_and_size(3)
+def test_unbiased_count_check_runs_sync_batchnorm():
+    assert lesson08.unbiased_count([3, 1], 5, 20)
+    assert not lesson08.unbiased_count([3, 1], 5, 15)  # one rank's count
+    assert not lesson08.unbiased_count([3, 1], 5, 4)  # the samples alone
 
 
-def test_bucket_milliseconds_uses_the_ring_and_the_cited_bandwidth():
-    assert lesson08.bucket_milliseconds("10 GbE", 8, 2 * 7 / 8 * 25 * 2**20 / 1.25e9 * 1e3)
-    assert not lesson08.bucket_milliseconds("10 GbE", 8, 25 * 2**20 / 1.25e9 * 1e3)  # one copy of the bucket
-    with pytest.raises(ValueError, match="link must be one of"):
-        lesson08.bucket_milliseconds("Wi-Fi", 8, 1.0)
+def test_unbiased_count_check_compares_whole_numbers_even_for_large_counts():
+    assert lesson08.unbiased_count([64, 64], 64, 8192)
+    assert not lesson08.unbiased_count([64, 64], 64, 8000)  # n/(n - 1) differs from the truth's by 3e-6
 
 
-def test_gradient_parameters_inverts_the_rings_bandwidth_term():
-    assert lesson08.gradient_parameters("10 GbE", 8, 1.0, 1.25e9 / 7)
-    assert not lesson08.gradient_parameters("10 GbE", 8, 1.0, 1.25e9 / 4)  # one copy of the gradients, not 1.75
-    with pytest.raises(ValueError, match="seconds"):
-        lesson08.gradient_parameters("10 GbE", 8, 0, 1.0)
+def test_unbiased_count_check_calls_what_is_not_a_count_wrong_before_launching(monkeypatch, capsys):
+    monkeypatch.setattr(lesson08, "launch", lambda *args, **kwargs: pytest.fail("launched for a hopeless answer"))
+    for answer in (1, 20.0, True, "20"):
+        assert not lesson08.unbiased_count([3, 1], 5, answer)
+    assert "whole number" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("call", "error", "name"), [
+    (lambda: lesson08.allreduces_per_step(0, 0), ValueError, "norm_layers"),
+    (lambda: lesson08.allreduces_per_step(100, 0), ValueError, "norm_layers must be an int from 1 to 8"),
+    (lambda: lesson08.must_share_seed("init", True), ValueError, "what"),
+    (lambda: lesson08.must_share_seed("sampler", "yes"), TypeError, "answer"),
+    (lambda: lesson08.unbiased_count([3], 5, 15), ValueError, "batch_sizes"),
+    (lambda: lesson08.unbiased_count([3, 0], 5, 15), ValueError, "batch_sizes"),
+    (lambda: lesson08.unbiased_count([3, 1], 0, 15), ValueError, "spatial"),
+    (lambda: lesson08.unbiased_count("3, 1", 5, 4), ValueError, "batch_sizes"),
+])
+def test_bad_arguments_are_refused_by_name(call, error, name):
+    with pytest.raises(error, match=name):
+        call()

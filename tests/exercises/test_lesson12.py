@@ -3,36 +3,24 @@ import pytest
 from dpedu.exercises import lesson12
 
 
-def test_micro_batch_check():
-    assert lesson12.micro_batch(96, 3, 2, 16) and lesson12.micro_batch(64, 4, 1, 16)
-    assert not lesson12.micro_batch(96, 3, 2, 32) and not lesson12.micro_batch(96, 3, 2, 48)
-    with pytest.raises(ValueError, match="--global-batch 64 must be a multiple"):
-        lesson12.micro_batch(64, 3, 1, 21)
+def test_bubble_check():
+    assert lesson12.bubble(4, 8, 3 / 11) and lesson12.bubble(4, 8, 0.273)
+    assert not lesson12.bubble(4, 8, 3 / 8) and not lesson12.bubble(4, 8, float("nan"))
 
 
-def test_padding_check():
-    assert lesson12.padding(1000, 3, 2) and lesson12.padding(1000, 6, 2) and lesson12.padding(1000, 8, 0)
-    assert lesson12.padding(1000, 7, 1)  # 143 x 7 = 1001
-    assert lesson12.padding(1000, 16, 8)  # 63 x 16 = 1008
-    assert not lesson12.padding(1000, 3, 0) and not lesson12.padding(1000, 3, 1)
+def test_micro_batches_kept_check():
+    assert lesson12.micro_batches_kept("1f1b", 4, 8, 1, 3) and not lesson12.micro_batches_kept("1f1b", 4, 8, 1, 8)
+    assert lesson12.micro_batches_kept("gpipe", 4, 8, 1, 8)
 
 
-def test_learning_rate_check():
-    assert lesson12.learning_rate_at(50, 3e-3 * 51 / 100) and lesson12.learning_rate_at(99, 3e-3)
-    assert lesson12.learning_rate_at(999, 3e-4) and not lesson12.learning_rate_at(50, 1.5e-3)
-    assert not lesson12.learning_rate_at(999, 3e-3)
-
-
-@pytest.mark.parametrize("answer", ["16", True, None])
-def test_checks_refuse_non_numbers(answer):
-    with pytest.raises(TypeError, match="answer must be a number"):
-        lesson12.micro_batch(96, 3, 2, answer)
-    with pytest.raises(TypeError, match="answer must be a number"):
-        lesson12.padding(1000, 3, answer)
-
-
-def test_checks_name_bad_arguments():
-    with pytest.raises(ValueError, match="examples"):
-        lesson12.padding(0, 3, 0)
-    with pytest.raises(ValueError, match="step"):
-        lesson12.learning_rate_at(-1, 0.1)
+@pytest.mark.parametrize(("call", "error", "name"), [
+    (lambda: lesson12.bubble(0, 8, 0.1), ValueError, "stages"),
+    (lambda: lesson12.micro_batches_kept("zb", 4, 8, 1, 3), ValueError, "kind"),
+    (lambda: lesson12.micro_batches_kept("1f1b", 4, 8, 4, 3), ValueError, "stage"),
+    (lambda: lesson12.bubble(4, 8, "0.27"), TypeError, "answer must be a number"),
+    (lambda: lesson12.bubble(4, 8, True), TypeError, "answer must be a number"),
+    (lambda: lesson12.micro_batches_kept("1f1b", 4, 8, 1, "3"), TypeError, "answer must be a number"),
+])
+def test_bad_arguments_are_refused_by_name(call, error, name):
+    with pytest.raises(error, match=name):
+        call()

@@ -1,58 +1,38 @@
 import pytest
-import torch
-from torch.utils.data import DataLoader, TensorDataset
 
-import dpedu
 from dpedu.exercises import lesson13
 
 
-def test_examples_per_step_check():
-    assert lesson13.examples_per_step(8, 4, 3, 96) and lesson13.examples_per_step(16, 2, 2, 64)
-    assert not lesson13.examples_per_step(8, 4, 3, 32) and not lesson13.examples_per_step(8, 4, 3, 24)
+def test_micro_batch_check():
+    assert lesson13.micro_batch(96, 3, 2, 16) and lesson13.micro_batch(64, 4, 1, 16)
+    assert not lesson13.micro_batch(96, 3, 2, 32) and not lesson13.micro_batch(96, 3, 2, 48)
+    with pytest.raises(ValueError, match="--global-batch 64 must be a multiple"):
+        lesson13.micro_batch(64, 3, 1, 21)
 
 
-def _gathered_by_accelerate(examples: int, batch: int) -> list[int]:
-    from accelerate import Accelerator
-
-    accelerator = Accelerator(cpu=True)
-    loader = accelerator.prepare(DataLoader(TensorDataset(torch.arange(examples)), batch_size=batch))
-    counts = [0, 0]
-    for (index,) in loader:
-        counts[0] += len(accelerator.gather(index))
-        counts[1] += len(accelerator.gather_for_metrics(index))
-    return counts
+def test_padding_check():
+    assert lesson13.padding(1000, 3, 2) and lesson13.padding(1000, 6, 2) and lesson13.padding(1000, 8, 0)
+    assert lesson13.padding(1000, 7, 1)  # 143 x 7 = 1001
+    assert lesson13.padding(1000, 16, 8)  # 63 x 16 = 1008
+    assert not lesson13.padding(1000, 3, 0) and not lesson13.padding(1000, 3, 1)
 
 
-@pytest.mark.parametrize("examples,batch", [(359, 64), (359, 50), (10, 4), (9, 4), (3, 4), (256, 64)])
-def test_gathered_check_agrees_with_accelerate(examples, batch):
-    gather, for_metrics = dpedu.launch(_gathered_by_accelerate, 2, (examples, batch))[0]
-    assert for_metrics == examples
-    assert lesson13.gathered(examples, batch, 2, gather)
-    assert not lesson13.gathered(examples, batch, 2, gather + 1)
+def test_learning_rate_check():
+    assert lesson13.learning_rate_at(50, 3e-3 * 51 / 100) and lesson13.learning_rate_at(99, 3e-3)
+    assert lesson13.learning_rate_at(999, 3e-4) and not lesson13.learning_rate_at(50, 1.5e-3)
+    assert not lesson13.learning_rate_at(999, 3e-3)
 
 
-def test_gathered_check_by_hand():
-    assert lesson13.gathered(359, 50, 4, 400) and lesson13.gathered(359, 64, 2, 384)
-    assert not lesson13.gathered(359, 50, 4, 359)
-
-
-def test_twice_divided_check():
-    assert lesson13.twice_divided_lr(0.05, 2, 0.025) and lesson13.twice_divided_lr(0.1, 4, 0.025)
-    assert not lesson13.twice_divided_lr(0.05, 2, 0.05) and not lesson13.twice_divided_lr(0.05, 2, 0.0125)
-
-
-@pytest.mark.parametrize("answer", ["96", True, None])
+@pytest.mark.parametrize("answer", ["16", True, None])
 def test_checks_refuse_non_numbers(answer):
-    for check, args in ((lesson13.examples_per_step, (8, 4, 3)), (lesson13.gathered, (359, 50, 4)),
-                        (lesson13.twice_divided_lr, (0.05, 2))):
-        with pytest.raises(TypeError, match="answer must be a number"):
-            check(*args, answer)
+    with pytest.raises(TypeError, match="answer must be a number"):
+        lesson13.micro_batch(96, 3, 2, answer)
+    with pytest.raises(TypeError, match="answer must be a number"):
+        lesson13.padding(1000, 3, answer)
 
 
 def test_checks_name_bad_arguments():
-    with pytest.raises(ValueError, match="processes"):
-        lesson13.examples_per_step(8, 4, 0, 0)
-    with pytest.raises(ValueError, match="batch"):
-        lesson13.gathered(359, 0, 2, 0)
-    with pytest.raises(ValueError, match="lr"):
-        lesson13.twice_divided_lr(-1.0, 2, 0.5)
+    with pytest.raises(ValueError, match="examples"):
+        lesson13.padding(0, 3, 0)
+    with pytest.raises(ValueError, match="step"):
+        lesson13.learning_rate_at(-1, 0.1)

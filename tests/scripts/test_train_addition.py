@@ -182,7 +182,7 @@ def test_noise_scale_leaves_out_the_steps_the_scaler_skipped_and_records_unscale
     assert len(noise["local_sq"]) == len(noise["global_sq"]) == 16 - len(skipped)
     assert all(math.isfinite(value) and value > 0 for value in noise["local_sq"] + noise["global_sq"])
     json.dumps(overflowing[0]["summary"], allow_nan=False)  # standard JSON: no Infinity or NaN
-    assert math.isfinite(two_batch_noise_scale(noise["local_sq"], noise["global_sq"], 8, 16))  # lesson 12's use
+    assert math.isfinite(two_batch_noise_scale(noise["local_sq"], noise["global_sq"], 8, 16))  # lesson 13's use
     # The hook sees gradients times the scale; the record divides by its square. A power of two scales exactly,
     # so the scaled run's record and losses are the plain run's, bit for bit.
     plain, scaled = plain[0]["summary"], scaled[0]["summary"]

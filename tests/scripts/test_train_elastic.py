@@ -1,6 +1,6 @@
 """dpedu.scripts.train_elastic: the global batch is split over whatever world torchrun gives it, so runs on
 1 and 2 workers end within float rounding of each other, and a checkpoint whose epochs had another
-length is refused. Lesson 09 (part 3) runs the elastic job itself, a node lost and one joining."""
+length is refused. Lesson 10 (part 3) runs the elastic job itself, a node lost and one joining."""
 
 import subprocess
 import sys

@@ -37,7 +37,7 @@ def test_the_formula_is_the_counted_matmuls_plus_6_flops_for_each_bias_and_norm_
     # elementwise. The formula's N also holds the biases and LayerNorm parameters, 6 FLOPs each: exactly the gap.
     assert formula - counted == 6 * bias_and_norm_parameters(model)
     assert all(p.grad is None for p in model.parameters())  # counting leaves no gradients behind
-    if not shape:  # lesson 12's model: the gap is 6 x 1,792 = 10,752 of 606,720, 1.8 %; about 1.1 / width in general
+    if not shape:  # lesson 13's model: the gap is 6 x 1,792 = 10,752 of 606,720, 1.8 %; about 1.1 / width in general
         assert (formula, counted, bias_and_norm_parameters(model)) == (617_472, 606_720, 1_792)
         assert abs(formula / counted - 1) < 0.02
 

@@ -1,5 +1,5 @@
 """dpedu.training_run.throughput: what the step-time measurements return, and the overlap model's arithmetic
-(no timing is asserted here: the benchmarks and lesson 12 measure)."""
+(no timing is asserted here: the benchmarks and lesson 13 measure)."""
 
 import pytest
 
