@@ -17,7 +17,7 @@ Public API (stable names that notebooks and outside checks rely on):
 
 The rest lives in one folder per topic, each module named for its concept and readable in
 one sitting (each package's docstring lists its modules):
-- ``sgd``: lessons 01, 06, 07; ``data_parallel``: lessons 02 to 05, 08; ``cluster``: lessons 09, 10;
+- ``sgd``: lessons 01, 06, 07; ``data_parallel``: lessons 02 to 05, 08, 09; ``cluster``: lessons 09, 10;
   ``beyond``: lessons 11 and 12; ``training_run``: lesson 13. These content packages never import one another.
 - ``scripts``: the programs lessons start with torchrun, mpiexec or sbatch, run as modules
   (``torchrun -m dpedu.scripts.train_ddp``) so that a lesson opened alone finds them.

@@ -5,7 +5,7 @@ a plain process (``ddp=False``) as the single-process reference. Both read the d
 global order: ``DistributedSampler`` deals the examples out to the ranks in turn, so the N ranks'
 k-th batches of size b together are exactly the single process's k-th batch of size N·b.
 
-Used in lessons 03, 05 and 08, and by ``dpedu.scripts.train_ddp`` and
+Used in lessons 03, 05, 08 and 10, and by ``dpedu.scripts.train_ddp`` and
 ``dpedu.scripts.train_resumable``.
 """
 

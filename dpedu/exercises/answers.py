@@ -1,4 +1,4 @@
-"""Model answers and rubrics for the exercises at the end of lessons 00 to 13, printed only on request.
+"""Model answers and rubrics for the exercises at the end of lessons 00 to 14, printed only on request.
 
 ``answer(lesson)`` lists a lesson's exercises and the kind of answer each has; ``answer(lesson, n)`` prints
 exercise n's. The kinds: a **computed value** (a number or a formula that the lesson's checker accepts),
@@ -283,7 +283,8 @@ no overlap is left. Measured (2 ranks, step_times as in part 1, 15 steps): 25 MB
 after the last gradient, 46.6 ms per step against torch DDP's 46.5 ms at the same cap; 5 MB, 5 buckets, 4 of
 them started before the last gradient, 45.7 ms. On this 2-core CPU the overlap buys little either way (part 1
 says why); on GPUs, where it hides communication, one bucket for the whole model throws that away.
-torch DDP keeps its first bucket at 1 MB for the same reason."""),
+torch DDP, left at its default cap, keeps its first bucket at 1 MB for the same reason (passed explicitly, as
+here, 25 MB gives torch DDP one bucket too: part 3)."""),
     (5, 3): (VALUE, f"""
 fp16_compress_hook all-reduces the bucket in float16: 12.5 MiB. A ring sends 2(p − 1)/p of that from each rank:
 2 · 7/8 · 12.5 MiB = {VALUES[5, 3]:,} bytes (21.9 MiB), against 43.75 MiB for the float32 bucket.

@@ -1,6 +1,6 @@
 """One plotting style for the whole course, so that every figure reads the same way.
 
-Used in lessons 00–02, 04–08, 11 and 12; lesson 03 draws with matplotlib's defaults.
+Used in lessons 00–02, 04–09, 11 to 13; lesson 03 draws with matplotlib's defaults.
 """
 
 from __future__ import annotations

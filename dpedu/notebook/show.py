@@ -7,7 +7,7 @@ comment that says where the checks are: "argument checks" when each of them read
 when one tests something else (is a process group there?). Nothing else is changed: what is shown is the
 code that runs.
 
-Used in lessons 01–13.
+Used in lessons 01–14.
 """
 
 from __future__ import annotations

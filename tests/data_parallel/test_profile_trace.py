@@ -21,7 +21,7 @@ def profiled(tmp_path_factory):
 
 def test_one_all_reduce_in_the_first_step_then_the_three_rebuilt_buckets(profiled):
     for steps, _ in profiled:
-        # 5 MiB closed once reached on the timing model: 3 buckets (as lesson 04 counts with bytes_sent)
+        # 5 MiB closed once reached on the timing model: 3 buckets (as lesson 05 counts with bytes_sent)
         assert [len(step["all_reduce"]) for step in steps] == [1, 3, 3]
         assert all(len(step["backward"]) == len(steps[0]["backward"]) > 0 for step in steps)
 
