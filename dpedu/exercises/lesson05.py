@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dpedu._validate import real, whole
-from dpedu.exercises import number, verdict
+from dpedu.exercises import close, number, verdict
 
 
 def _bucket_counts(sizes: Sequence[int], cap_bytes: float) -> tuple[int, int]:
@@ -51,7 +51,7 @@ def compressed_ring_bytes(bucket_bytes: int, ranks: int, answer: float) -> bool:
     whole("ranks", ranks, minimum=2)
     number(answer)
     right = 2 * (ranks - 1) / ranks * bucket_bytes / 2
-    return verdict(abs(answer - right) <= 0.01 * right,
+    return verdict(close(answer, right, 0.01),
                    "the hook all-reduces the bucket in float16, half its bytes, and a ring sends 2(p - 1)/p of "
                    "what it all-reduces from every rank")
 
@@ -64,5 +64,5 @@ def powersgd_fewer(rows: int, columns: int, rank: int, answer: float) -> bool:
     whole("rank", rank)
     number(answer)
     right = rows * columns / (rank * (rows + columns))
-    return verdict(abs(answer - right) <= 0.01 * right,
+    return verdict(close(answer, right, 0.01),
                    "the matrix is rows x columns numbers; P is rows x rank and Q is columns x rank")
