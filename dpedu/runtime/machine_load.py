@@ -1,35 +1,49 @@
-"""How much of this machine a timing claim can count on right now, and how such a claim is judged.
+"""How much of this machine a timing claim can count on, and how such a claim is judged.
 
 A cell that asserts a speed (2 ranks are faster than one, a pipeline idles as its formula says) assumes
-idle cores. A learner's laptop rarely has them (a browser, a video call, an indexer), and a class server
-shares its cores between learners. So such a cell measures the machine around its timed work: how many
-times the work of one busy process ``processes`` busy processes get done at once, now (``parallel_speedup``;
-close to 2 on an idle 2-core machine, close to 1.3 with one core taken by another program; processes that
-cannot even begin counting together count as a busy machine). Then
-``timing_claim`` asserts the claim where the machine could show it, with a message saying what was
-expected, what was seen and what to do; where it could not, it says so in plain words and the lesson
-goes on.
+idle cores. A learner's laptop rarely has them (a browser, a video call, an indexer), a class server
+shares its cores between learners, and some machines can never show such a claim: a CPU quota (a
+JupyterHub pod), two CPUs that are hardware threads of one core (many 2-vCPU cloud machines), or fewer
+cores than the claim needs. So a cell first finds what keeps this machine from showing a claim at all
+(``machine_limit``), then measures how many times the work of one busy process ``processes`` busy
+processes get done at once, now (``parallel_speedup``: close to 2 on an idle 2-core machine, close to
+1.3 with one core taken by another program).
+
+``timing_claim`` then looks at the claim first: a claim that holds is asserted and counted as checked,
+whatever the load. A claim that does not hold fails where the machine could show it, with a message
+saying what was expected and what was seen; where it could not, the cell says which cause it found and
+whether rerunning can help, and the lesson goes on. Every claim should also have a looser bound that no
+plausible load can break, asserted with a plain ``assert`` beside it, so a regression cannot hide behind a
+busy machine. Each judgement goes to the file ``DPEDU_TIMING_CLAIMS`` names, if set (CI's table of claims).
 
 Used in lessons 04, 05, 08, 12 and 13.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import sys
-import time
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from dpedu._validate import real, whole
 from dpedu.runtime.commands import run_together
 
-# Each process waits for a common start, then counts loop turns for the window: startup skew is not counted.
+# Each process counts loop turns for the window once every process of the measurement has started (a file
+# each in a shared folder), so a slow interpreter start-up is not read as a busy machine.
 _SPIN = """\
-import sys, time
-start, seconds = float(sys.argv[1]), float(sys.argv[2])
-while time.time() < start:
+import os, sys, time
+folder, count, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+open(os.path.join(folder, str(os.getpid())), "w").close()
+deadline = time.time() + 20
+while len(os.listdir(folder)) < count:
+    if time.time() > deadline:
+        sys.exit("the other measuring processes never started")
     time.sleep(0.001)
 turns, woke, begun = 0, time.time(), time.perf_counter()
 while time.perf_counter() - begun < seconds:
@@ -39,65 +53,179 @@ print(turns / (time.perf_counter() - begun), woke)
 LATE_S = 0.03  # a process that begins counting later than this after the others was kept waiting for a core
 
 
-def parallel_speedup(processes: int = 2, seconds: float = 0.2) -> float:
-    """How many times one busy process's work ``processes`` busy processes get done at once, measured now:
-    about ``processes`` where that many cores are idle, less where other programs use them."""
+def _rates(count: int, seconds: float) -> list[tuple[float, float]]:
+    """(turns per second, when counting began) of ``count`` processes counting at once."""
+    with tempfile.TemporaryDirectory(prefix="dpedu-spin-") as folder:
+        done = run_together([[sys.executable, "-c", _SPIN, folder, str(count), repr(seconds)]] * count,
+                            timeout=40 + seconds)
+    return [tuple(map(float, d.stdout.split())) for d in done]
+
+
+def measure_speedup(processes: int = 2, seconds: float = 0.2) -> tuple[float | None, float]:
+    """(speed-up, spread): how many times one busy process's work ``processes`` busy processes get done at
+    once, and how far apart (s) they began counting. The speed-up is None when they began more than
+    ``LATE_S`` apart (one was kept waiting for a core, so their windows did not overlap)."""
     whole("processes", processes, minimum=2, maximum=64)
     real("seconds", seconds, above=0, at_most=5)
-
-    def rates(count: int) -> list[tuple[float, float]]:  # (turns per second, when counting began)
-        start = time.time() + 0.15  # every process started before the window opens
-        done = run_together([[sys.executable, "-c", _SPIN, repr(start), repr(seconds)]] * count,
-                            timeout=30 + seconds)
-        return [tuple(map(float, d.stdout.split())) for d in done]
-
-    alone = rates(1)[0][0]
-    together = rates(processes)
+    before = _rates(1, seconds)[0][0]
+    together = _rates(processes, seconds)
+    alone = max(before, _rates(1, seconds)[0][0])  # load only slows a process: the faster reading is truer
     began = [woke for _, woke in together]
-    if max(began) - min(began) > LATE_S:  # their windows did not overlap: the speed-up would read too high
-        return 1.0
-    return sum(rate for rate, _ in together) / alone
+    spread = max(began) - min(began)
+    return (None if spread > LATE_S else sum(rate for rate, _ in together) / alone), spread
+
+
+def parallel_speedup(processes: int = 2, seconds: float = 0.2) -> float | None:
+    """How many times one busy process's work ``processes`` busy processes get done at once, measured now:
+    about ``processes`` where that many cores are idle, less where other programs use them; None where the
+    processes could not even begin counting together."""
+    return measure_speedup(processes, seconds)[0]
+
+
+def cpu_quota(cgroups: str = "/sys/fs/cgroup", own: str = "/proc/self/cgroup") -> float | None:
+    """The CPUs this process's cgroup may use (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``); None if unlimited
+    or unknown (not Linux)."""
+    try:
+        lines = Path(own).read_text().splitlines()
+    except OSError:
+        return None
+    v2 = [line.split(":", 2)[2].strip("/") for line in lines if line.startswith("0::")]
+    for folder in ([Path(cgroups, v2[0])] if v2 else []) + [Path(cgroups)]:
+        try:
+            quota, period = (folder / "cpu.max").read_text().split()
+            return None if quota == "max" else int(quota) / int(period)
+        except (OSError, ValueError):
+            continue
+    for folder in (Path(cgroups, "cpu"), Path(cgroups, "cpu,cpuacct")):
+        try:
+            quota = int((folder / "cpu.cfs_quota_us").read_text())
+            return None if quota < 0 else quota / int((folder / "cpu.cfs_period_us").read_text())
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def usable_cpus() -> set[int]:
+    """The CPUs this process may run on (its affinity; every CPU where the system does not say)."""
+    if hasattr(os, "sched_getaffinity"):
+        return os.sched_getaffinity(0)
+    return set(range(os.cpu_count() or 1))
+
+
+def physical_cores(cpus: set[int], topology: str = "/sys/devices/system/cpu") -> int:
+    """How many physical cores ``cpus`` are: hardware threads of one core count once (Linux's topology
+    files; ``len(cpus)`` where they are missing)."""
+    siblings = set()
+    for cpu in cpus:
+        try:
+            siblings.add(Path(topology, f"cpu{cpu}", "topology", "thread_siblings_list").read_text().strip())
+        except OSError:
+            return len(cpus)
+    return len(siblings)
+
+
+def machine_limit(processes: int = 2) -> str | None:
+    """Why this machine can never give ``processes`` busy processes a core each, in words; None if it can.
+    Rerunning cannot help with any of these."""
+    cpus = usable_cpus()
+    if len(cpus) < processes:
+        return f"this Python may use {len(cpus)} CPU(s) (its CPU affinity), fewer than the {processes} it needs"
+    quota = cpu_quota()
+    if quota is not None and quota < processes:
+        return (f"this machine's container may use {quota:g} CPUs (its cgroup's CPU quota), fewer than the "
+                f"{processes} it needs")
+    cores = physical_cores(cpus)
+    if cores < processes:
+        return (f"this machine's {len(cpus)} CPUs are hardware threads of {cores} physical core(s), which "
+                f"{processes} busy processes must share")
+    return None
 
 
 @dataclass
 class Machine:
-    """What ``watched`` saw: the smaller of the speed-ups measured before and after the timed work."""
+    """What ``watched`` found: a limit that keeps this machine from ever showing the claim, or the smaller of
+    the speed-ups measured before and after the timed work (None until one is measured)."""
     processes: int
-    speedup: float = float("inf")
+    speedup: float | None = None
+    limit: str | None = None  # see machine_limit
+    unmeasured: str | None = None  # why a measurement gave no speed-up
 
     def can_show(self, needs: float) -> bool:
-        return self.speedup >= needs
+        return self.limit is None and self.unmeasured is None and self.speedup is not None and self.speedup >= needs
+
+    def measure(self) -> None:
+        speedup, spread = measure_speedup(self.processes)
+        if speedup is None:
+            self.unmeasured = (f"the processes that measure how busy the cores are began counting "
+                               f"{spread * 1e3:.0f} ms apart, as where other programs hold the cores")
+        else:
+            self.speedup = speedup if self.speedup is None else min(self.speedup, speedup)
+
+    def why_not(self, needs: float) -> tuple[str, str]:
+        """(cause, sentence) of why a claim needing ``needs`` cannot be shown here; cause is one of
+        "limit", "not measured", "busy now"."""
+        if self.limit is not None:
+            return "limit", f"It cannot be shown on this machine: {self.limit}. Rerunning will not help here."
+        if self.unmeasured is not None or self.speedup is None:
+            return "not measured", (f"How busy the cores are could not be measured: {self.unmeasured}. "
+                                    f"Rerun this cell when the machine is idle.")
+        return "busy now", (f"It needs {self.processes} idle cores ({self.processes} busy processes getting "
+                            f"{needs:.1f}x the work of one done at once); just now they got {self.speedup:.2f}x, so "
+                            f"other programs are using the cores. Rerun this cell when the machine is idle.")
 
 
 @contextmanager
 def watched(processes: int = 2) -> Iterator[Machine]:
-    """Measure ``parallel_speedup(processes)`` before and after the ``with`` block: load that came or went
-    during it shows in one of the two. Fewer usable cores than ``processes`` counts as a busy machine."""
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    machine = Machine(processes, parallel_speedup(processes) if usable >= processes else 1.0)
+    """Find this machine's limit; where there is none, measure ``parallel_speedup(processes)`` before and after
+    the ``with`` block and keep the smaller. Load present before or after the block shows; a burst that comes
+    and goes within it does not (a claim it breaks fails, with a message that says to rerun)."""
+    machine = Machine(processes, limit=machine_limit(processes))
+    if machine.limit is None:
+        machine.measure()
     yield machine
-    if usable >= processes:
-        machine.speedup = min(machine.speedup, parallel_speedup(processes))
+    if machine.limit is None:
+        machine.measure()
 
 
 def timing_claim(holds: bool, claim: str, *, expected: str, seen: str, machine: Machine,
                  needs: float = 1.5) -> bool:
-    """Assert a claim about time on a machine that could show it; elsewhere say why it is not checked.
+    """Judge a claim about time: one that holds is asserted whatever the load; one that does not fails where
+    the machine could show it (``needs``: the speed-up ``machine.processes`` busy processes must have had,
+    before and after the timed work) and is otherwise reported with the cause ``machine`` found.
 
-    ``needs``: the speed-up ``machine.processes`` busy processes must have had (before and after the timed
-    work) for the claim to be measurable. Returns True when the claim was asserted, False when the machine
-    was too busy; an AssertionError says what was expected, what was seen and what to do."""
+    Returns True when the claim was checked, False when it was not; an AssertionError says what was
+    expected, what was seen and what to do."""
+    if holds:
+        _record(claim, "checked" if machine.can_show(needs) else "checked under load", None, machine)
+        return True
     if not machine.can_show(needs):
-        if record := os.environ.get("DPEDU_UNCHECKED_CLAIMS"):  # a file benchmarks/busy_machine.py counts
-            with open(record, "a") as file:
-                file.write(f"{claim} ({machine.speedup:.2f}x)\n")
-        print(f"Not checked on this machine just now: {claim}. That needs {machine.processes} idle cores "
-              f"({machine.processes} busy processes getting {needs:.1f}x the work of one done at once); this machine "
-              f"gave {machine.speedup:.2f}x, so other programs are using its cores. Rerun this cell when the "
-              f"machine is idle (where its cores are hardware threads of one physical core, as on many cloud "
-              f"machines, rerunning will not help).")
+        cause, sentence = machine.why_not(needs)
+        _record(claim, "not checked", cause, machine)
+        print(f"Not checked on this machine: {claim} (expected {expected}, seen {seen}). {sentence}")
         return False
-    assert holds, (f"{claim}: expected {expected}, seen {seen}. The cores were free before and after "
-                   f"({machine.processes} busy processes got {machine.speedup:.2f}x the work of one); if another "
-                   f"program ran meanwhile, rerun this cell when the machine is idle.")
-    return True
+    _record(claim, "failed", None, machine)
+    raise AssertionError(f"{claim}: expected {expected}, seen {seen}. The cores were free before and after "
+                         f"({machine.processes} busy processes got {machine.speedup:.2f}x the work of one); if "
+                         f"another program ran meanwhile, rerun this cell when the machine is idle.")
+
+
+def _record(claim: str, verdict: str, cause: str | None, machine: Machine) -> None:
+    """One JSON line per judgement, in the file DPEDU_TIMING_CLAIMS names (CI's table of timing claims)."""
+    if not (path := os.environ.get("DPEDU_TIMING_CLAIMS")):
+        return
+    entry = {"pass": os.environ.get("DPEDU_CI_PASS", ""), "cell": _cell_fingerprint(), "claim": claim,
+             "verdict": verdict, "cause": cause, "speedup": machine.speedup}
+    with open(path, "a") as file:
+        file.write(json.dumps(entry) + "\n")
+
+
+def cell_fingerprint(source: str) -> str:
+    """What the record calls a notebook cell: the start of the hash of its source."""
+    return hashlib.sha1(source.encode()).hexdigest()[:12]
+
+
+def _cell_fingerprint() -> str | None:
+    """The fingerprint of the notebook cell running now (IPython's input history), None outside a notebook."""
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    history = getattr(getattr(shell, "history_manager", None), "input_hist_raw", None)
+    return cell_fingerprint(history[-1]) if history else None
