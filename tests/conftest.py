@@ -36,6 +36,14 @@ def pytest_collection_modifyitems(config, items):
         items[:] = [item for item in items if item.path.suffix != ".ipynb" or item.path.name not in in_browser]
 
 
+@pytest.fixture(autouse=True)
+def no_timing_claim_record(monkeypatch):
+    """Unit tests judge timing claims on made-up machines and broken subjects: none of those judgements goes
+    into CI's record of the lessons' claims (the browser test's lessons do: its module-scoped server starts
+    with the record in its environment, before this runs)."""
+    monkeypatch.delenv("DPEDU_TIMING_CLAIMS", raising=False)
+
+
 @pytest.fixture
 def fake_gpus(monkeypatch):
     """``fake_gpus(n)`` makes dpedu see n GPUs (torch itself still sees what is there).

@@ -225,7 +225,10 @@ def cell_fingerprint(source: str) -> str:
 
 
 def _cell_fingerprint() -> str | None:
-    """The fingerprint of the notebook cell running now (IPython's input history), None outside a notebook."""
+    """The fingerprint of the notebook cell running now (the code of the kernel's execute request, which nbval
+    keeps out of the input history), None outside a notebook."""
     shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
-    history = getattr(getattr(shell, "history_manager", None), "input_hist_raw", None)
-    return cell_fingerprint(history[-1]) if history else None
+    try:
+        return cell_fingerprint(shell.kernel.get_parent()["content"]["code"])
+    except (AttributeError, KeyError, TypeError):
+        return None
