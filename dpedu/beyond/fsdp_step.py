@@ -13,7 +13,9 @@ Three of its options change what a rank holds at each moment of a step and what 
 - prefetching: in backward FSDP2 all-gathers the next layer's parameters before the current layer's
   backward runs, by default; in forward only when asked (``set_modules_to_forward_prefetch``).
 
-``traced_step`` trains ``zero_memory.tanh_mlp`` under them and notes, at each layer's forward and
+``traced_step`` trains ``zero_memory.tanh_mlp`` under them, with plain SGD (whose step, unlike Adam's, shows the
+scale of the gradient, so that comparing its parameters with DDP's, ``zero_one.train_sgd("ddp")``, would catch a
+gradient summed over the ranks instead of averaged), and notes, at each layer's forward and
 backward and after each phase of the last step, the bytes of parameters gathered in place (the
 module's parameters that are plain tensors then, not shards) and how many all-gathers were issued so far.
 A prefetched all-gather is counted when issued; its parameters appear in place when the layer runs.
@@ -44,9 +46,9 @@ def gathered_bytes(model: nn.Module) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters() if not isinstance(p, DTensor))
 
 
-def traced_step(*, steps: int, lr: float = 1e-2, reshard_after_forward: bool = True,
+def traced_step(*, steps: int, lr: float = 0.1, reshard_after_forward: bool = True,
                 mixed_precision: bool = False, forward_prefetch: bool = False) -> dict:
-    """Inside ranks: ``steps`` Adam steps of ``tanh_mlp()`` under FSDP2 with these options, each rank on
+    """Inside ranks: ``steps`` SGD steps of ``tanh_mlp()`` under FSDP2 with these options, each rank on
     the batches of ``zero_memory.train``; the last step traced. Returns ``timeline``: (moment, bytes
     gathered in place, all-gathers issued so far, dtypes gathered) at each layer's forward and backward
     and after forward, backward and the optimizer's step; ``calls``: the step's collectives in order
@@ -82,7 +84,7 @@ def traced_step(*, steps: int, lr: float = 1e-2, reshard_after_forward: bool = T
     for i, layer in enumerate(layers):  # registered after fully_shard's own hooks, so they run after them
         layer.register_forward_pre_hook(lambda module, args, i=i: note(f"forward {i}"))
         layer.register_forward_hook(note_backward(i))
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     for step in range(steps):  # the first step also sets FSDP2 up: trace the last
         timeline.clear()
         x, y = batch(dist.get_rank(), step)

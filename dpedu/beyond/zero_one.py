@@ -16,22 +16,32 @@ each rank steps the whole parameters it owns (a greedy split by parameter, so sh
 broadcasts them. ``Zero1Optimizer`` splits by element, so every rank holds exactly 1/N of the state.
 ``train_zero_one`` trains ``zero_memory.tanh_mlp`` with it, on the batches ``zero_memory.train`` uses.
 
+"The same parameters as DDP" is checked with plain SGD too (``train_sgd``, ``same_parameters``): Adam divides
+each step by a running size of the gradient itself, so it barely tells a gradient averaged over the ranks from
+one summed (N times larger); SGD's step is the gradient times the learning rate, so any other scale shows.
+
 Used in lesson 11.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.optim import ZeroRedundancyOptimizer
+from torch.distributed.tensor import DTensor
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from dpedu._validate import real, whole
-from dpedu.beyond.zero_memory import batch, tanh_mlp  # batch: the very batches zero_memory.train uses
+from dpedu.beyond.zero_memory import batch, shard_layers, tanh_mlp  # batch: the batches zero_memory.train uses
 from dpedu.runtime.traffic import bytes_sent
 
-__all__ = ["Zero1Optimizer", "train_zero_one"]
+__all__ = ["Zero1Optimizer", "train_zero_one", "train_sgd", "same_parameters", "SGD_KINDS"]
+
+SGD_KINDS = ("ddp", "zero1", "zero1 by hand", "fsdp", "hsdp")
 
 # torch 2.13 renamed these two (the old names still work there, with a FutureWarning); torch 2.12 has only the old
 _reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
@@ -43,7 +53,10 @@ class Zero1Optimizer:
 
     ``params`` must hold the same values on every rank of ``process_group`` (the default group if None),
     all of one floating dtype and device, each needing a gradient. After ``step()`` every rank holds the
-    parameters ``optimizer_class`` makes of the gradients averaged over the ranks (DDP's, to rounding).
+    parameters ``optimizer_class`` makes of the gradients averaged over the ranks (DDP's, to rounding), for an
+    element-wise optimizer (SGD, Adam, AdamW) with one parameter group: the inner optimizer sees one flat slice
+    that cuts across parameters, so one that looks at whole tensors (Adafactor, LAMB, Muon) computes something
+    else, and per-parameter options cannot be set.
     ``shard`` (this rank's slice of the flat parameters, padded to a multiple of N; ``shard_range`` is its
     (start, end) in elements) is the only tensor the inner optimizer ``optim`` knows, so its state is exactly
     1/N of the whole. The shard is the master copy: a parameter changed outside ``step()`` is overwritten by
@@ -139,3 +152,45 @@ def train_zero_one(*, steps: int, lr: float = 1e-2) -> dict:
     return {"params": [p.detach().cpu().clone() for p in model.parameters()],
             "optimizer_bytes": sum(t.numel() * t.element_size() for t in state),
             "shard": optimizer.shard_range, "traffic": sent.by_kind()}
+
+
+def train_sgd(kind: str, *, steps: int, lr: float = 0.1) -> list[torch.Tensor]:
+    """Inside ranks: ``steps`` plain SGD steps of ``tanh_mlp()`` under ``kind``, each rank on the batches of
+    ``zero_memory.train``; returns the whole trained parameters. ``kind``: ``"ddp"``, ``"zero1"`` (torch's
+    ``ZeroRedundancyOptimizer`` over DDP), ``"zero1 by hand"`` (``Zero1Optimizer``, no DDP), ``"fsdp"`` or
+    ``"hsdp"`` (``zero_memory.shard_layers`` on all ranks, or on a 2-D mesh of rows of 2, as ``zero_memory.train``).
+    Every kind must make DDP's parameters: a gradient summed over the ranks instead of averaged would not."""
+    if kind not in SGD_KINDS:
+        raise ValueError(f"kind must be one of {SGD_KINDS}, got {kind!r}")
+    whole("steps", steps)
+    real("lr", lr, above=0)
+    world = dist.get_world_size()
+    if kind == "hsdp" and world % 2:
+        raise ValueError(f"hsdp needs an even number of ranks, got {world}")
+    model = tanh_mlp()
+    if kind in ("fsdp", "hsdp"):
+        mesh = (init_device_mesh("cpu", (world,)) if kind == "fsdp" else
+                init_device_mesh("cpu", (world // 2, 2), mesh_dim_names=("replicate", "shard")))
+        wrapped, optimizer = shard_layers(model, mesh), torch.optim.SGD(model.parameters(), lr=lr)
+    elif kind == "zero1 by hand":
+        wrapped, optimizer = model, Zero1Optimizer(model.parameters(), torch.optim.SGD, lr=lr)
+    else:
+        wrapped = DDP(model)
+        optimizer = (torch.optim.SGD(model.parameters(), lr=lr) if kind == "ddp" else
+                     ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.SGD, lr=lr))
+    for step in range(steps):
+        x, y = batch(dist.get_rank(), step)
+        optimizer.zero_grad()
+        nn.functional.mse_loss(wrapped(x), y).backward()
+        optimizer.step()
+    return [(p.full_tensor() if isinstance(p, DTensor) else p).detach().clone() for p in model.parameters()]
+
+
+def same_parameters(ranks: Sequence[Sequence[torch.Tensor]], reference: Sequence[torch.Tensor],
+                    within: float = 1e-6) -> bool:
+    """Lesson 11's test of "the same parameters as DDP": each rank's parameters (one list per rank) match
+    ``reference``'s in number and shape, and every element is within ``within`` of it."""
+    return all(len(params) == len(reference) and
+               all(a.shape == b.shape and (a - b).abs().max().item() < within
+                   for a, b in zip(params, reference, strict=True))
+               for params in ranks)

@@ -5,6 +5,7 @@ digits network with the same settings: micro-batches accumulated under ``no_sync
 clipped, SGD with momentum. Each returns a ``Record`` of what it did, so that the lesson can assert where the two
 agree (the parameters), where they split the work differently (who divides the loss, who skips the
 all-reduce, which examples each rank reads) and what ``accelerate`` adds (``gather_for_metrics``).
+``same_run`` and ``one_all_reduce_per_update`` are the lesson's checks that two runs are one.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class Settings:
     steps: int = 20
     lr: float = 0.05
     momentum: float = 0.9
-    clip: float | None = 0.5
+    clip: float | None = 0.8  # exceeded on some steps only: a clip on every step hides the gradient's scale
     extra_division: bool = False
     optimizer: str = "sgd"
     eval_batch: int = 64
@@ -137,6 +138,7 @@ def train_with_accelerate(settings: Settings, cpu: bool = True) -> Record:
     from accelerate import Accelerator  # inside the rank: an Accelerator must not exist in the launching kernel
 
     accelerator = Accelerator(cpu=cpu, gradient_accumulation_steps=settings.accumulate)
+    _check_joined(accelerator)
     train, held_out = digits_with_indices()
     _check_fits(settings, len(train))
     record = Record()
@@ -158,6 +160,26 @@ def train_with_accelerate(settings: Settings, cpu: bool = True) -> Record:
     record.parameters = parameters_to_vector(accelerator.unwrap_model(model).parameters()).detach().cpu()
     record.evaluated = _evaluate(accelerator, model, held_out, settings.eval_batch)
     return record
+
+
+def same_run(first: list[Record], second: list[Record], within: float = 1e-6) -> bool:
+    """Lesson 14's test that two launches are one run: within each, every rank's parameters are the same, bit
+    for bit; between the two, they agree within ``within``."""
+    replicas = all(torch.equal(run[0].parameters, record.parameters) for run in (first, second) for record in run)
+    return replicas and (first[0].parameters - second[0].parameters).abs().max().item() <= within
+
+
+def one_all_reduce_per_update(run: list[Record], settings: Settings) -> bool:
+    """Lesson 14's count: on every rank, one gradient all-reduce and one parameter update per optimizer step."""
+    return all(record.all_reduces == record.optimizer_steps == settings.steps for record in run)
+
+
+def _check_joined(accelerator) -> None:
+    # Since accelerate 1.13 a plain Accelerator() on a machine without GPUs does not join the launched ranks
+    # (it reports one process and each trains alone): cpu=True is what makes it use gloo there.
+    if dist.is_initialized() and accelerator.num_processes != dist.get_world_size():
+        raise RuntimeError(f"the Accelerator sees {accelerator.num_processes} process(es) of the "
+                           f"{dist.get_world_size()} launched: on a machine without GPUs, pass cpu=True")
 
 
 def _evaluate(accelerator, model, held_out: TensorDataset, batch: int) -> dict[str, int]:

@@ -4,8 +4,10 @@
     torchrun --standalone --nproc-per-node 2 -m dpedu.scripts.train_accelerate --out run.pt
 
 Both start one process per rank with torchrun's variables set (``accelerate launch --multi_gpu`` calls torchrun's
-own code), and ``Accelerator()`` reads them: each process on its own GPU where there are GPUs (as many GPUs as
-processes), gloo on the CPU where there are none. Rank 0 saves the final parameters to ``--out``.
+own code), and the ``Accelerator`` reads them: each process on its own GPU where there are GPUs (as many GPUs as
+processes); on a machine without GPUs ``Accelerator(cpu=True)``, gloo on the CPU (since accelerate 1.13 a plain
+``Accelerator()`` there does not join the ranks: it reports one process and each trains alone, which
+``train_with_accelerate`` refuses). Rank 0 saves the final parameters to ``--out``.
 """
 
 import argparse

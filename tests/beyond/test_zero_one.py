@@ -5,7 +5,7 @@ from torch import nn
 
 from dpedu import launch
 from dpedu.beyond import zero_memory as zm
-from dpedu.beyond.zero_one import Zero1Optimizer, train_zero_one
+from dpedu.beyond.zero_one import SGD_KINDS, Zero1Optimizer, same_parameters, train_sgd, train_zero_one
 
 PSI = 1732  # tanh_mlp's parameters
 
@@ -89,7 +89,43 @@ def _linear() -> list[torch.Tensor]:
     (lambda: Zero1Optimizer(_linear(), torch.optim.Adam, process_group="world"), TypeError, "process_group"),
     (lambda: train_zero_one(steps=0), ValueError, "steps"),
     (lambda: train_zero_one(steps=1, lr=0), ValueError, "lr"),
+    (lambda: train_sgd("zero2", steps=1), ValueError, "kind"),
+    (lambda: train_sgd("ddp", steps=0), ValueError, "steps"),
+    (lambda: train_sgd("ddp", steps=1, lr=-1.0), ValueError, "lr"),
 ])
 def test_bad_arguments_are_refused_by_name(call, error, name):
     with pytest.raises(error, match=name):
         call()
+
+
+def _every_sgd_kind() -> dict:
+    return {kind: train_sgd(kind, steps=3) for kind in SGD_KINDS}
+
+
+def test_every_kind_trains_ddps_parameters_with_sgd_and_moves_them():
+    ranks = launch(_every_sgd_kind, 4)  # hsdp needs an even number of ranks: rows of 2
+    ddp = ranks[0]["ddp"]
+    for kind in SGD_KINDS:
+        assert same_parameters([rank[kind] for rank in ranks], ddp), kind
+    start = list(zm.tanh_mlp().parameters())
+    assert not same_parameters([ddp], start, 1e-2)  # 3 steps at lr 0.1 move them
+
+
+def test_same_parameters_compares_every_rank_every_element_and_the_shapes():
+    reference = [torch.zeros(2, 2), torch.zeros(2)]
+    assert same_parameters([reference, [torch.full((2, 2), 5e-7), torch.zeros(2)]], reference)
+    assert not same_parameters([reference, [torch.zeros(2, 2), torch.tensor([0.0, 2e-6])]], reference)
+    assert not same_parameters([[torch.zeros(4), torch.zeros(2)]], reference)  # another shape
+    assert not same_parameters([reference[:1]], reference)  # a parameter missing
+    assert same_parameters([[torch.zeros(2, 2), torch.tensor([0.0, 1e-3])]], reference, within=1e-2)
+
+
+def _hsdp_on_three_ranks():
+    try:
+        train_sgd("hsdp", steps=1)
+    except ValueError as error:
+        return str(error)
+
+
+def test_hsdp_on_an_odd_number_of_ranks_is_refused_by_name():
+    assert all("even number of ranks" in message for message in launch(_hsdp_on_three_ranks, 3))

@@ -4,7 +4,14 @@ import pytest
 import torch
 
 import dpedu
-from dpedu.frameworks.accelerate_loop import Settings, train_by_hand, train_with_accelerate
+from dpedu.frameworks.accelerate_loop import (
+    Record,
+    Settings,
+    one_all_reduce_per_update,
+    same_run,
+    train_by_hand,
+    train_with_accelerate,
+)
 from dpedu.runtime.rendezvous import free_port
 
 SHORT = Settings(steps=6)
@@ -17,6 +24,7 @@ def both():
 
 def test_the_two_loops_train_alike(both):
     by_hand, accelerated = both
+    assert same_run(by_hand, accelerated) and all(one_all_reduce_per_update(run, SHORT) for run in both)
     assert torch.equal(by_hand[0].parameters, by_hand[1].parameters)
     assert torch.equal(accelerated[0].parameters, accelerated[1].parameters)
     assert (by_hand[0].parameters - accelerated[0].parameters).abs().max() <= 1e-6
@@ -40,10 +48,11 @@ def test_each_loop_reads_the_same_examples_per_step_dealt_differently(both):
             list(range(2 * m * i, 2 * m * (i + 1))) for i in range(SHORT.steps * SHORT.accumulate)]
 
 
-def test_the_clip_fires_and_the_losses_are_recorded_per_step(both):
+def test_the_clip_fires_on_some_steps_only_and_the_losses_are_recorded_per_step(both):
     for record in (*both[0], *both[1]):
-        assert record.clipped_steps == SHORT.steps and len(record.losses) == SHORT.steps
+        assert 0 < record.clipped_steps < SHORT.steps and len(record.losses) == SHORT.steps
         assert all(0 < loss < 5 for loss in record.losses)
+    assert len({record.clipped_steps for record in (*both[0], *both[1])}) == 1
     global_losses = [[sum(step) / 2 for step in zip(run[0].losses, run[1].losses, strict=True)] for run in both]
     assert max(abs(a - b) for a, b in zip(*global_losses, strict=True)) <= 1e-5  # the same examples per step
 
@@ -93,3 +102,38 @@ def test_the_script_under_accelerate_launch_and_torchrun_agrees(tmp_path, both):
     assert all(result.returncode == 0 for result in done), [result.stderr[-2000:] for result in done]
     for name in ("a.pt", "t.pt"):
         assert (torch.load(tmp_path / name) - both[1][0].parameters).abs().max() <= 1e-6
+
+
+def _record(values, all_reduces=3, optimizer_steps=3) -> Record:
+    return Record(parameters=torch.tensor(values), all_reduces=all_reduces, optimizer_steps=optimizer_steps)
+
+
+def test_same_run_needs_identical_replicas_and_agreement_within_the_bound():
+    one = [_record([0.0, 1.0]), _record([0.0, 1.0])]
+    assert same_run(one, [_record([0.0, 1.0 + 5e-7])] * 2)
+    assert not same_run(one, [_record([0.0, 1.0 + 5e-6])] * 2)
+    assert not same_run(one, [_record([0.0, 1.0]), _record([0.0, 1.0 + 1e-7])])  # replicas that differ at all
+    assert same_run(one, [_record([0.0, 1.01])] * 2, within=0.1)
+
+
+def test_one_all_reduce_per_update_counts_every_rank():
+    settings = Settings(steps=3)
+    assert one_all_reduce_per_update([_record([0.0]), _record([0.0])], settings)
+    assert not one_all_reduce_per_update([_record([0.0]), _record([0.0], all_reduces=6)], settings)
+    assert not one_all_reduce_per_update([_record([0.0], all_reduces=2, optimizer_steps=2)], settings)
+
+
+def _processes_seen(cpu: bool) -> int:
+    from accelerate import Accelerator
+
+    return Accelerator(cpu=cpu).num_processes
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the trap is on machines without GPUs")
+def test_without_gpus_a_plain_accelerator_does_not_join_the_ranks_and_the_loop_refuses_it():
+    # accelerate >= 1.13: only cpu=True chooses gloo on a machine without GPUs; a plain Accelerator() reports one
+    # process of the two launched (when a release changes this, the lesson's part 5 and the script's docstring do)
+    assert dpedu.launch(_processes_seen, 2, (False,)) == [1, 1]
+    assert dpedu.launch(_processes_seen, 2, (True,)) == [2, 2]
+    with pytest.raises(dpedu.RankFailedError, match="pass cpu=True"):
+        dpedu.launch(train_with_accelerate, 2, (Settings(steps=1), False))
