@@ -6,13 +6,17 @@ version alike. It returns each version's median seconds per step and the measure
 last step (when backward ran, when each all-reduce started and ended) for the lesson's figure.
 ``all_reduce_sizes`` says what each version all-reduces in each step, counted where torch hands the
 tensors to the process group: the one measurement that compares torch DDP's buckets with MiniDDP's.
+
+The lesson's checks, shared with the tests that make each of them fail on a broken subject:
+``agree_within`` (the versions' tensors equal within a tolerance), ``speed_claims`` (the per-round ratios
+against ``SPEED_CLAIMS``'s two tiers of bounds) and ``during_backward`` (buckets launched during backward).
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 import torch.distributed as dist
@@ -25,6 +29,12 @@ from dpedu.data_parallel.mini_ddp import MiniDDP, average_gradients
 from dpedu.runtime.traffic import bytes_sent
 
 VERSIONS = ("per parameter", "buckets, no overlap", "buckets + overlap", "torch DDP")
+# (claim, version, reference, "below" or "above" the bound, the bound asserted on any machine, the bound
+# asserted where two cores were free); each on the median of the per-round ratios version / reference
+SPEED_CLAIMS = (
+    ("MiniDDP with buckets and overlap keeps up with torch DDP", "buckets + overlap", "torch DDP", "below", 2.0, 1.25),
+    ("per-parameter all-reduces take longer than buckets", "per parameter", "buckets, no overlap", "above", 0.9, 1.0),
+)
 
 
 def timing_model(seed: int = 0) -> nn.Sequential:
@@ -132,3 +142,46 @@ def all_reduce_sizes(versions: Sequence[str] = VERSIONS, *, steps: int = 3, buck
                     average_gradients(model)
             sizes[version].append([nbytes for kind, nbytes in sent.calls if kind == "all_reduce"])
     return sizes
+
+
+def agree_within(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], tolerance: float = 1e-6) -> bool:
+    """Whether every tensor of ``a`` equals its partner in ``b`` (as many, same shapes) within ``tolerance``:
+    the largest absolute difference at most ``tolerance``. Lesson 05 compares each way of averaging so."""
+    real("tolerance", tolerance, at_least=0)
+    a, b = list(a), list(b)
+    return len(a) == len(b) and all(x.shape == y.shape and (x - y).abs().max().item() <= tolerance
+                                    for x, y in zip(a, b, strict=True))
+
+
+def per_round(timed: Mapping[str, dict], version: str, reference: str = "torch DDP") -> float:
+    """The median over ``step_times``'s rounds of ``version``'s step time over ``reference``'s: the two took
+    their steps in the same round, so a busy moment of the machine slows both."""
+    for name, value in (("version", version), ("reference", reference)):
+        if value not in timed:
+            raise ValueError(f"{name} must be one of the versions timed, {sorted(timed)}, got {value!r}")
+    return statistics.median(a / b for a, b in zip(timed[version]["seconds"], timed[reference]["seconds"],
+                                                   strict=True))
+
+
+def speed_claims(timed: Mapping[str, dict]) -> list[dict]:
+    """Each of ``SPEED_CLAIMS`` judged on ``step_times``'s rounds: ``claim``, ``seen`` (the per-round ratio, in
+    words), ``always`` and ``idle`` (whether it holds against the loose bound, which no plausible load breaks,
+    and against the tight one, which an idle machine shows), and both bounds in words."""
+    judged = []
+    for claim, version, reference, side, loose, tight in SPEED_CLAIMS:
+        ratio = per_round(timed, version, reference)
+        words = "under" if side == "below" else "over"
+        judged.append({"claim": claim, "seen": f'"{version}" took {ratio:.2f}x the time of "{reference}"',
+                       "always": ratio < loose if side == "below" else ratio > loose,
+                       "idle": ratio < tight if side == "below" else ratio > tight,
+                       "always_expected": f'"{version}" {words} {loose}x the time of "{reference}"',
+                       "idle_expected": f'"{version}" {words} {tight}x the time of "{reference}"'})
+    return judged
+
+
+def during_backward(result: Mapping) -> tuple[int, int]:
+    """From one version's ``step_times`` timeline: how many buckets were launched, and how many had also
+    finished, before the last gradient was computed."""
+    computed = result["backward"][1]
+    return (sum(launched < computed for launched, _ in result["communication"]),
+            sum(done < computed for _, done in result["communication"]))

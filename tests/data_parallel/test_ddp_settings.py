@@ -5,9 +5,12 @@ import torch
 
 from dpedu import launch
 from dpedu.data_parallel.ddp_settings import (
+    STEP_TIME_BOUNDS,
     WithUnusedLayer,
+    against_default,
     gradient_bytes,
     occupied_bytes,
+    outside,
     setting_step_times,
     unused_parameter_steps,
 )
@@ -100,3 +103,11 @@ def test_the_settings_are_timed_and_what_each_all_reduces_is_counted():
 def test_bad_arguments_are_named(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_settings_are_judged_against_the_default_round_by_round():
+    timed = {"default": {"seconds": [1.0, 2.0, 1.0, 1.0]}, "slow": {"seconds": [2.0, 4.0, 2.0, 2.0]},
+             "same": {"seconds": [1.0, 2.0, 1.0, 1.0]}}
+    quartiles = against_default(timed)  # a round slowed for both moves no ratio
+    assert quartiles == {"slow": (2.0, 2.0, 2.0), "same": (1.0, 1.0, 1.0)}
+    assert outside(quartiles, STEP_TIME_BOUNDS) == ["slow (2.00x)"]
