@@ -45,26 +45,28 @@ def notebook(lesson: str) -> Path:
     return found[0].resolve()
 
 
-def start(notebook: Path, work: Path) -> tuple[subprocess.Popen, Path]:
+def start(notebook: Path, work: Path, ci_pass: str | None = None) -> tuple[subprocess.Popen, Path]:
     """nbval on a copy of ``notebook`` in a folder of its own below ``work``, its output to a log file there."""
     folder = work / notebook.stem
     folder.mkdir()
     copy = Path(shutil.copy2(notebook, folder))
     log = folder / "nbval.log"
     env = {**os.environ, "DPEDU_STATIC": "1", "DPEDU_QUIET": "1", "PYTHONUNBUFFERED": "1",
-           "DPEDU_TIMING_CLAIMS": str(folder / "claims.jsonl")}  # machine_load writes each judgement there
+           "DPEDU_TIMING_CLAIMS": str(folder / "claims.jsonl"),  # machine_load writes each judgement there
+           **({"DPEDU_CI_PASS": ci_pass} if ci_pass else {})}
     with open(log, "w") as out:
         process = subprocess.Popen([*NBVAL, str(copy.relative_to(work))], cwd=work, env=env, stdout=out,
                                    stderr=subprocess.STDOUT, start_new_session=True)
     return process, log
 
 
-def report(name: str, process: subprocess.Popen, log: Path, seconds: float) -> bool:
+def report(name: str, process: subprocess.Popen, log: Path, seconds: float, record: Path | None) -> bool:
+    """Print how the run went and how its timing claims were judged; add those judgements to ``record``."""
     text = log.read_text()
-    record = log.with_name("claims.jsonl")
-    judged = record.read_text() if record.exists() else ""
-    if outer := os.environ.get("DPEDU_TIMING_CLAIMS"):  # CI's record of every pass
-        with open(outer, "a") as file:
+    own = log.with_name("claims.jsonl")
+    judged = own.read_text() if own.exists() else ""
+    if record is not None:  # CI's record of every pass
+        with open(record, "a") as file:
             file.write(judged)
     entries = [json.loads(line) for line in judged.splitlines()]
     unchecked = [f"{e['claim']} ({e['cause']})" for e in entries if e["verdict"] == "not checked"]
@@ -84,15 +86,20 @@ def gate_sees_the_hog() -> bool:
         print(f"the gate is not tested with the hog: {limit}", flush=True)
         return True
     readings = [parallel_speedup(2) for _ in range(3)]
-    seen = statistics.median(r if r is not None else 1.0 for r in readings)  # not begun together: busy
+    measured = [r for r in readings if r is not None]
     shown = ", ".join("not measured" if r is None else f"{r:.2f}x" for r in readings)
-    print(f"two busy processes beside the hog: {shown} (median {seen:.2f}x; the lessons' claims need 1.5x)", flush=True)
-    if seen >= 1.4:
-        print("FAILED: machine_load does not see a core kept busy by another program", flush=True)
-    return seen < 1.4
+    print(f"two busy processes beside the hog: {shown} (the lessons' claims need 1.5x)", flush=True)
+    sees = len(measured) >= 2 and statistics.median(measured) < 1.4
+    if not sees:
+        print("FAILED: machine_load does not see a core kept busy by another program (two of three readings "
+              "must be measured, their median under 1.4x)", flush=True)
+    return sees
 
 
-def run(notebooks: list[Path], together: bool, busy_core: bool) -> bool:
+def run(notebooks: list[Path], together: bool, busy_core: bool, record: Path | None = None,
+        ci_pass: str | None = None) -> bool:
+    """Strict nbval on copies of ``notebooks``; True if every run passed. Their timing claims' judgements are
+    added to ``record`` under the pass name ``ci_pass``."""
     work = Path(tempfile.mkdtemp(prefix="busy-machine-"))
     (work / "pytest.ini").write_text("[pytest]\n")  # the copies' own configuration, none of the repository's
     shutil.copy2(ROOT / "tests" / "nbval_sanitize.cfg", work)
@@ -102,18 +109,18 @@ def run(notebooks: list[Path], together: bool, busy_core: bool) -> bool:
         ok = hog is None or gate_sees_the_hog()
         if together:
             began = time.perf_counter()
-            started = [(nb, *start(nb, work)) for nb in notebooks]
+            started = [(nb, *start(nb, work, ci_pass)) for nb in notebooks]
             running = [process for _, process, _ in started]
             for nb, process, log in started:
                 process.wait(timeout=1800)
-                ok &= report(nb.stem, process, log, time.perf_counter() - began)
+                ok &= report(nb.stem, process, log, time.perf_counter() - began, record)
         else:
             for nb in notebooks:
                 began = time.perf_counter()
-                process, log = start(nb, work)
+                process, log = start(nb, work, ci_pass)
                 running = [process]
                 process.wait(timeout=1800)
-                ok &= report(nb.stem, process, log, time.perf_counter() - began)
+                ok &= report(nb.stem, process, log, time.perf_counter() - began, record)
         return ok
     finally:
         for process in [*running, *([hog] if hog else [])]:
@@ -138,7 +145,8 @@ def main() -> int:
         print(f"two busy processes before the hog starts: {'not measured' if alone is None else f'{alone:.2f}x'}",
               flush=True)
     print(f"=== {len(notebooks)} lesson(s) under strict nbval, {what}, on {os.cpu_count()} cores", flush=True)
-    return 0 if run(notebooks, options.together, options.busy_core) else 1
+    record = Path(os.environ["DPEDU_TIMING_CLAIMS"]) if os.environ.get("DPEDU_TIMING_CLAIMS") else None
+    return 0 if run(notebooks, options.together, options.busy_core, record) else 1
 
 
 if __name__ == "__main__":

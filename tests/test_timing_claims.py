@@ -1,5 +1,6 @@
 """CI's account of timing claims (benchmarks/timing_claims.py): one table of every pass's judgements, and a
-failure when a claim went unchecked in every pass, even rerun alone, or when nothing was judged at all."""
+failure when a claim went unchecked in every pass, even rerun alone, when a lesson cell that judges claims was
+judged in no pass, or when nothing was judged at all."""
 
 import json
 import sys
@@ -15,13 +16,13 @@ import timing_claims  # noqa: E402
 from dpedu.runtime.machine_load import cell_fingerprint  # noqa: E402
 
 
-def a_timing_cell() -> tuple[str, int, str]:
+def a_timing_cell() -> tuple[str, str, str]:
     """(lesson, index, fingerprint) of a real lesson cell that judges a timing claim."""
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         for index, cell in enumerate(json.loads(path.read_text())["cells"]):
             source = "".join(cell["source"])
             if cell["cell_type"] == "code" and "timing_claim(" in source and "import" not in source:
-                return path.name[:2], index, cell_fingerprint(source)
+                return path.name[:2], str(index), cell_fingerprint(source)
     raise AssertionError("no lesson judges a timing claim")
 
 
@@ -30,8 +31,9 @@ def judgement(cell: str | None, claim: str, verdict: str, ci_pass: str, cause: s
                        "speedup": 1.2 if cause == "busy now" else 1.9}) + "\n"
 
 
-def test_the_table_names_each_claims_lesson_and_cell_and_each_passs_verdict(tmp_path, capsys):
+def test_the_table_names_each_claims_lesson_and_cell_and_each_passs_verdict(tmp_path, monkeypatch, capsys):
     lesson, index, cell = a_timing_cell()
+    monkeypatch.setattr(timing_claims, "expected_cells", lambda: {(lesson, index)})
     record = tmp_path / "claims.jsonl"
     record.write_text(judgement(cell, "fast", "not checked", "1", "busy now")
                       + judgement(cell, "fast", "checked under load", "2") + judgement(cell, "fast", "checked", "3"))
@@ -47,10 +49,11 @@ def test_a_claim_checked_in_some_pass_passes_without_a_rerun(tmp_path, monkeypat
     record = tmp_path / "claims.jsonl"
     record.write_text(judgement(cell, "fast", "not checked", "1", "busy now") + judgement(cell, "fast", "checked", "3"))
     monkeypatch.setattr(busy_machine, "run", lambda *args, **kwargs: pytest.fail("nothing to rerun"))
+    monkeypatch.setattr(timing_claims, "expected_cells", lambda: {a_timing_cell()[:2]})
     assert timing_claims.require(record) == 0
 
 
-@pytest.mark.parametrize("rerun_verdict, code", [("not checked", 1), ("checked", 0)])
+@pytest.mark.parametrize("rerun_verdict, code", [("not checked", 1), ("checked under load", 1), ("checked", 0)])
 def test_a_claim_checked_in_no_pass_reruns_its_lesson_alone_and_fails_if_still_unchecked(
         tmp_path, monkeypatch, capsys, rerun_verdict, code):
     lesson, _, cell = a_timing_cell()
@@ -58,8 +61,10 @@ def test_a_claim_checked_in_no_pass_reruns_its_lesson_alone_and_fails_if_still_u
     record.write_text(judgement(cell, "fast", "not checked", "1", "busy now")
                       + judgement(cell, "fast", "not checked", "2", "limit"))
     rerun = []
+    monkeypatch.setattr(timing_claims, "expected_cells", lambda: {a_timing_cell()[:2]})
 
-    def run(notebooks, together, busy_core):
+    def run(notebooks, together, busy_core, record, ci_pass):
+        assert ci_pass == "rerun alone" and not together and not busy_core
         rerun.extend(path.name[:2] for path in notebooks)
         with open(record, "a") as file:
             file.write(judgement(cell, "fast", rerun_verdict, "rerun alone", "busy now"))
@@ -70,6 +75,20 @@ def test_a_claim_checked_in_no_pass_reruns_its_lesson_alone_and_fails_if_still_u
     assert ("FAILED: 1 timing claim(s) checked in no pass" in capsys.readouterr().out) == (code == 1)
 
 
-def test_an_empty_record_fails_the_requirement(tmp_path, capsys):
+def test_an_empty_record_fails_the_requirement(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(timing_claims, "expected_cells", lambda: set())
     assert timing_claims.require(tmp_path / "never-written.jsonl") == 1
     assert "the record is empty" in capsys.readouterr().out
+
+
+def test_a_failure_shows_before_a_success_of_the_same_pass_and_a_cell_judged_nowhere_fails(tmp_path, monkeypatch,
+                                                                                            capsys):
+    lesson, index, cell = a_timing_cell()
+    record = tmp_path / "claims.jsonl"
+    record.write_text(judgement(cell, "fast", "checked", "1") + judgement(cell, "fast", "failed", "1"))
+    monkeypatch.setattr(timing_claims, "expected_cells", lambda: {(lesson, index), ("13", "46")})
+    monkeypatch.setattr(busy_machine, "run", lambda *args, **kwargs: None)
+    assert timing_claims.require(record) == 1
+    said = capsys.readouterr().out
+    assert "1: FAILED" in said
+    assert f"13 cell  46  {timing_claims.NONE_JUDGED}\n      judged in no pass" in said

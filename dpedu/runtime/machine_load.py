@@ -53,56 +53,80 @@ print(turns / (time.perf_counter() - begun), woke)
 LATE_S = 0.03  # a process that begins counting later than this after the others was kept waiting for a core
 
 
-def _rates(count: int, seconds: float) -> list[tuple[float, float]]:
-    """(turns per second, when counting began) of ``count`` processes counting at once."""
+def _rates(count: int, seconds: float) -> list[tuple[float, float]] | str:
+    """(turns per second, when counting began) of ``count`` processes counting at once, or why there are none."""
     with tempfile.TemporaryDirectory(prefix="dpedu-spin-") as folder:
         done = run_together([[sys.executable, "-c", _SPIN, folder, str(count), repr(seconds)]] * count,
                             timeout=40 + seconds)
+    failed = [d for d in done if d.returncode != 0 or len(d.stdout.split()) != 2]
+    if failed:
+        return f"a measuring process failed ({(failed[0].stderr.strip().splitlines() or ['no output'])[-1]})"
     return [tuple(map(float, d.stdout.split())) for d in done]
 
 
-def measure_speedup(processes: int = 2, seconds: float = 0.2) -> tuple[float | None, float]:
-    """(speed-up, spread): how many times one busy process's work ``processes`` busy processes get done at
-    once, and how far apart (s) they began counting. The speed-up is None when they began more than
-    ``LATE_S`` apart (one was kept waiting for a core, so their windows did not overlap)."""
+def measure_speedup(processes: int = 2, seconds: float = 0.2) -> tuple[float | None, str | None]:
+    """(speed-up, why not): how many times one busy process's work ``processes`` busy processes get done at
+    once, or None and why it could not be measured: they began counting more than ``LATE_S`` apart (one was
+    kept waiting for a core, so their windows did not overlap), or a measuring process failed."""
     whole("processes", processes, minimum=2, maximum=64)
     real("seconds", seconds, above=0, at_most=5)
-    before = _rates(1, seconds)[0][0]
-    together = _rates(processes, seconds)
-    alone = max(before, _rates(1, seconds)[0][0])  # load only slows a process: the faster reading is truer
+    readings = [_rates(1, seconds), _rates(processes, seconds), _rates(1, seconds)]
+    if failed := next((r for r in readings if isinstance(r, str)), None):
+        return None, failed
+    before, together, after = readings
+    alone = max(before[0][0], after[0][0])  # load only slows a process: the faster reading alone is truer
     began = [woke for _, woke in together]
-    spread = max(began) - min(began)
-    return (None if spread > LATE_S else sum(rate for rate, _ in together) / alone), spread
+    if (spread := max(began) - min(began)) > LATE_S:
+        return None, (f"the processes that measure how busy the cores are began counting {spread * 1e3:.0f} ms "
+                      f"apart, as where other programs hold the cores")
+    return sum(rate for rate, _ in together) / alone, None
 
 
 def parallel_speedup(processes: int = 2, seconds: float = 0.2) -> float | None:
     """How many times one busy process's work ``processes`` busy processes get done at once, measured now:
-    about ``processes`` where that many cores are idle, less where other programs use them; None where the
-    processes could not even begin counting together."""
+    about ``processes`` where that many cores are idle, less where other programs use them; None where it
+    could not be measured (``measure_speedup`` says why)."""
     return measure_speedup(processes, seconds)[0]
 
 
 def cpu_quota(cgroups: str = "/sys/fs/cgroup", own: str = "/proc/self/cgroup") -> float | None:
-    """The CPUs this process's cgroup may use (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``); None if unlimited
-    or unknown (not Linux)."""
+    """The CPUs this process's cgroup may use: the smallest quota on the way from its own cgroup up to the root
+    (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``); None if unlimited or unknown (not Linux)."""
     try:
         lines = Path(own).read_text().splitlines()
     except OSError:
         return None
-    v2 = [line.split(":", 2)[2].strip("/") for line in lines if line.startswith("0::")]
-    for folder in ([Path(cgroups, v2[0])] if v2 else []) + [Path(cgroups)]:
-        try:
-            quota, period = (folder / "cpu.max").read_text().split()
-            return None if quota == "max" else int(quota) / int(period)
-        except (OSError, ValueError):
+    quotas = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # v2: one hierarchy
+            roots, limit = [Path(cgroups)], _v2_quota
+        elif "cpu" in controllers.split(","):
+            roots, limit = [Path(cgroups, "cpu"), Path(cgroups, "cpu,cpuacct"), Path(cgroups, controllers)], _v1_quota
+        else:
             continue
-    for folder in (Path(cgroups, "cpu"), Path(cgroups, "cpu,cpuacct")):
-        try:
-            quota = int((folder / "cpu.cfs_quota_us").read_text())
-            return None if quota < 0 else quota / int((folder / "cpu.cfs_period_us").read_text())
-        except (OSError, ValueError):
-            continue
-    return None
+        parts = [part for part in path.split("/") if part]
+        for root in roots:
+            for depth in range(len(parts), -1, -1):  # own cgroup first, then each parent (in a container: "/")
+                if (quota := limit(root.joinpath(*parts[:depth]))) is not None:
+                    quotas.append(quota)
+    return min(quotas, default=None)
+
+
+def _v2_quota(folder: Path) -> float | None:
+    try:
+        quota, period = (folder / "cpu.max").read_text().split()
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        return None
+
+
+def _v1_quota(folder: Path) -> float | None:
+    try:
+        quota = int((folder / "cpu.cfs_quota_us").read_text())
+        return None if quota < 0 else quota / int((folder / "cpu.cfs_period_us").read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def usable_cpus() -> set[int]:
@@ -154,10 +178,9 @@ class Machine:
         return self.limit is None and self.unmeasured is None and self.speedup is not None and self.speedup >= needs
 
     def measure(self) -> None:
-        speedup, spread = measure_speedup(self.processes)
+        speedup, why_not = measure_speedup(self.processes)
         if speedup is None:
-            self.unmeasured = (f"the processes that measure how busy the cores are began counting "
-                               f"{spread * 1e3:.0f} ms apart, as where other programs hold the cores")
+            self.unmeasured = why_not
         else:
             self.speedup = speedup if self.speedup is None else min(self.speedup, speedup)
 
@@ -196,7 +219,9 @@ def timing_claim(holds: bool, claim: str, *, expected: str, seen: str, machine: 
     Returns True when the claim was checked, False when it was not; an AssertionError says what was
     expected, what was seen and what to do."""
     if holds:
-        _record(claim, "checked" if machine.can_show(needs) else "checked under load", None, machine)
+        shown = machine.can_show(needs)
+        _record(claim, "checked" if shown else "checked under load", None if shown else machine.why_not(needs)[0],
+                machine)
         return True
     if not machine.can_show(needs):
         cause, sentence = machine.why_not(needs)

@@ -78,16 +78,20 @@ def test_a_quota_and_hardware_threads_are_limits_found_before_any_measurement(mo
 
 def test_the_quota_and_the_topology_are_read_from_the_files_linux_keeps(tmp_path):
     own = tmp_path / "cgroup"
-    own.write_text("0::/pod\n")
+    own.write_text("0::/pod\n")  # cgroup v2, in a container: its own cgroup
     (tmp_path / "pod").mkdir()
     (tmp_path / "pod" / "cpu.max").write_text("150000 100000\n")
     assert cpu_quota(str(tmp_path), str(own)) == 1.5
     (tmp_path / "pod" / "cpu.max").write_text("max 100000\n")
     assert cpu_quota(str(tmp_path), str(own)) is None
-    own.write_text("4:cpu,cpuacct:/\n")  # cgroup v1
-    (tmp_path / "cpu").mkdir()
-    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("100000\n")
-    (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    own.write_text("0::/user.slice/session.scope\n")  # the quota set on a parent
+    (tmp_path / "user.slice" / "session.scope").mkdir(parents=True)
+    (tmp_path / "user.slice" / "cpu.max").write_text("50000 100000\n")
+    assert cpu_quota(str(tmp_path), str(own)) == 0.5
+    own.write_text("5:memory:/docker/abc\n4:cpu,cpuacct:/docker/abc\n")  # cgroup v1, the path of the cpu line
+    (tmp_path / "cpu" / "docker" / "abc").mkdir(parents=True)
+    (tmp_path / "cpu" / "docker" / "abc" / "cpu.cfs_quota_us").write_text("100000\n")
+    (tmp_path / "cpu" / "docker" / "abc" / "cpu.cfs_period_us").write_text("100000\n")
     assert cpu_quota(str(tmp_path), str(own)) == 1.0
     assert cpu_quota(str(tmp_path), str(tmp_path / "missing")) is None
     for cpu, siblings in ((0, "0-1"), (1, "0-1"), (2, "2-3"), (3, "2-3")):
@@ -98,7 +102,7 @@ def test_the_quota_and_the_topology_are_read_from_the_files_linux_keeps(tmp_path
 
 
 def test_watched_keeps_the_worse_of_before_and_after(monkeypatch):
-    measured = iter([(1.95, 0.0), (1.2, 0.0)])
+    measured = iter([(1.95, None), (1.2, None)])
     monkeypatch.setattr(machine_load, "machine_limit", lambda processes: None)
     monkeypatch.setattr(machine_load, "measure_speedup", lambda processes: next(measured))
     with watched() as machine:
@@ -107,7 +111,7 @@ def test_watched_keeps_the_worse_of_before_and_after(monkeypatch):
 
 
 def test_a_measurement_not_taken_records_no_number_and_says_why(monkeypatch, capsys):
-    measured = iter([(1.95, 0.0), (None, 0.04)])
+    measured = iter([(1.95, None), (None, "the processes that measure began counting 40 ms apart")])
     monkeypatch.setattr(machine_load, "machine_limit", lambda processes: None)
     monkeypatch.setattr(machine_load, "measure_speedup", lambda processes: next(measured))
     with watched() as machine:
@@ -131,14 +135,20 @@ def test_processes_that_could_not_begin_together_give_no_speed_up(monkeypatch):
     # a late starter's window overlaps the others' less, which would read as a higher speed-up: not trusted;
     # the faster of the two readings alone is the one process's rate
     answers = iter([["1000 0.0"], ["1000 5.00", "1000 5.10"], ["900 0.0"],
-                    ["800 0.0"], ["950 7.00", "940 7.01"], ["1000 0.0"]])
+                    ["800 0.0"], ["950 7.00", "940 7.01"], ["1000 0.0"],
+                    ["1000 0.0"], ["", "1000 5.0"], ["1000 0.0"]])
 
     def run_together(commands, timeout):
-        return [Finished(list(c), 0, out, "") for c, out in zip(commands, next(answers), strict=True)]
+        outputs = next(answers)
+        return [Finished(list(c), 0 if out else 1, out, "" if out else "the other measuring processes never started")
+                for c, out in zip(commands, outputs, strict=True)]
 
     monkeypatch.setattr(machine_load, "run_together", run_together)
-    assert parallel_speedup(2) is None
-    assert parallel_speedup(2) == pytest.approx(1.89)
+    speedup, why_not = machine_load.measure_speedup(2)
+    assert speedup is None and "began counting 100 ms apart" in why_not
+    assert machine_load.measure_speedup(2) == (pytest.approx(1.89), None)
+    speedup, why_not = machine_load.measure_speedup(2)  # a measuring process that failed: said, not a traceback
+    assert speedup is None and why_not == "a measuring process failed (the other measuring processes never started)"
 
 
 def test_every_judgement_is_recorded_with_its_pass_cell_verdict_and_cause(monkeypatch, tmp_path, capsys):
@@ -154,7 +164,7 @@ def test_every_judgement_is_recorded_with_its_pass_cell_verdict_and_cause(monkey
     lines = [json.loads(line) for line in record.read_text().splitlines()]
     assert [(e["claim"], e["verdict"], e["cause"]) for e in lines] == [
         ("4 ranks do not beat 2", "not checked", "busy now"), ("held", "checked", None),
-        ("held anyway", "checked under load", None), ("broken", "failed", None)]
+        ("held anyway", "checked under load", "busy now"), ("broken", "failed", None)]
     assert all(e["pass"] == "1b" and e["cell"] == "abc" for e in lines) and lines[0]["speedup"] == 1.2
 
 
