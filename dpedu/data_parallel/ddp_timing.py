@@ -33,7 +33,7 @@ VERSIONS = ("per parameter", "buckets, no overlap", "buckets + overlap", "torch 
 # asserted where two cores were free); each on the median of the per-round ratios version / reference
 SPEED_CLAIMS = (
     ("MiniDDP with buckets and overlap keeps up with torch DDP", "buckets + overlap", "torch DDP", "below", 2.0, 1.25),
-    ("per-parameter all-reduces take longer than buckets", "per parameter", "buckets, no overlap", "above", 0.9, 1.0),
+    ("per-parameter all-reduces take longer than buckets", "per parameter", "buckets, no overlap", "above", 0.8, 1.0),
 )
 
 
