@@ -13,6 +13,9 @@ a disjoint shard, *unpadded*; each rank counts (correct, examples) and one all-r
 its batches counts the repeats twice (lesson 03). Summing counts, not averaging per-rank means, also
 weighs shards of unequal length right: the result equals one process evaluating the whole set.
 
+A run's reported accuracy can be checked independently (``scores_as_reported``): its parameters, loaded in
+another process, scored again on the same held-out set, must give the counts the run reported.
+
 Evaluating in the middle of training (``train_addition --eval-every``) must not leave the model in eval mode:
 ``evaluating`` switches dropout off for the evaluation and back on after it.
 
@@ -31,7 +34,7 @@ from torch import nn
 from dpedu._validate import tensor, whole
 from dpedu.training_run.addition import answer_length
 
-__all__ = ["evaluating", "exact_match", "greedy_answers", "distributed_exact_match"]
+__all__ = ["evaluating", "exact_match", "greedy_answers", "distributed_exact_match", "scores_as_reported"]
 
 
 @contextmanager
@@ -90,3 +93,10 @@ def distributed_exact_match(model: nn.Module, tokens: torch.Tensor, digits: int,
     if grouped:
         dist.all_reduce(counts)  # sums: integer counts, exact whatever the order of addition
     return int(counts[0]), int(counts[1])
+
+
+def scores_as_reported(model: nn.Module, tokens: torch.Tensor, digits: int, reported: tuple[int, int]) -> bool:
+    """Lesson 13's independent check of a run's held-out accuracy: ``model``, holding the run's parameters
+    (loaded from its checkpoint), scored on ``tokens`` here, gives the run's own ``reported`` (correct, examples)
+    exactly. Integer counts: any parameter that differs enough to change one answer fails it."""
+    return distributed_exact_match(model, tokens, digits) == tuple(reported)

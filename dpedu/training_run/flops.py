@@ -14,7 +14,9 @@
   forward and backward. It counts matmuls and attention, nothing elementwise, so it sits below the formula by
   exactly 6 FLOPs per token for each bias and LayerNorm parameter, which N holds and which multiply nothing.
 - ``peak_flops``: this process's peak, measured: the best of a few square matmuls, with its own threads.
-- ``mfu``: achieved model FLOP/s over the peak of the devices that achieved them (PaLM's definition).
+- ``mfu``: achieved model FLOP/s over the peak of the devices that achieved them (PaLM's definition). Held to
+  n times one rank's peak, n ranks' MFU over one process's is their scaling efficiency, by construction.
+- ``plausible_mfu``: lesson 13's check of an MFU: above 0, below the peak it is measured against.
 
 Used in lesson 13 and by ``dpedu.scripts.train_addition``.
 """
@@ -32,7 +34,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from dpedu._validate import real, tensor, whole
 
-__all__ = ["non_embedding_parameters", "training_flops_per_token", "counted_flops_per_token", "peak_flops", "mfu"]
+__all__ = ["non_embedding_parameters", "training_flops_per_token", "counted_flops_per_token", "peak_flops", "mfu",
+           "plausible_mfu"]
 
 
 def non_embedding_parameters(model: nn.Module) -> int:
@@ -95,6 +98,13 @@ def mfu(tokens_per_second: float, flops_per_token: float, peak: float) -> float:
     real("flops_per_token", flops_per_token, above=0)
     real("peak", peak, above=0)
     return tokens_per_second * flops_per_token / peak
+
+
+def plausible_mfu(value: float, *, below: float = 1.0) -> bool:
+    """Lesson 13's check of an MFU: above 0 and below ``below``. 1: no run does more arithmetic than the peak
+    it is measured against (an MFU above it means the tokens, the FLOPs per token or the peak are wrong); the
+    lesson also asserts 0.8 for one process, whose step does more than matmuls (softmax, LayerNorm, Adam)."""
+    return 0 < value < below
 
 
 def _synchronize(device: torch.device) -> None:

@@ -5,7 +5,8 @@ after it, the mean over ranks: the gradient of the global batch B = ranks x b. T
 two batch sizes of lesson 07's two-batch estimate of the gradient noise scale (McCandlish et al. 2018,
 App. A: E|G_b|^2 = |G|^2 + tr(Sigma)/b), so a communication hook that looks at both, and changes nothing,
 measures the noise scale of a DDP run as it trains. The estimate itself is lesson 07's
-``dpedu.sgd.noise_scale.two_batch_noise_scale``: this module only records.
+``dpedu.sgd.noise_scale.two_batch_noise_scale``: this module records, and holds lesson 13's check of that
+estimate against the exact value from per-example gradients (``close_to_exact``).
 
 Under ``no_sync`` accumulation the hook runs in the last micro-batch's backward, on the accumulated gradient
 of all of the rank's micro-batches: b is the rank's examples per step. Clipping comes after the all-reduce and
@@ -25,7 +26,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
-__all__ = ["GradientNorms", "recording_allreduce_hook"]
+__all__ = ["GradientNorms", "recording_allreduce_hook", "close_to_exact"]
 
 
 @dataclass
@@ -65,3 +66,11 @@ def recording_allreduce_hook(state: GradientNorms, bucket):  # no annotations: D
         return averaged
 
     return reduced.then(record)
+
+
+def close_to_exact(estimate: float, exact: float, *, within: float = 0.25) -> bool:
+    """Lesson 13's check of the hook's noise-scale estimate at a fixed model: finite and within ``within``
+    (relative) of the exact B_simple from per-example gradients at that model. 25 %: each of |G|^2 and tr Sigma
+    is estimated without bias, their ratio is not quite, over 20 steps; a wrong factor (a missing 1/B, norms
+    read at the wrong batch size) is off by 2 or more at b = 32, B = 64."""
+    return math.isfinite(estimate) and abs(estimate / exact - 1) < within

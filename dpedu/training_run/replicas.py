@@ -3,8 +3,9 @@
 ``global_mean`` is the log's loss: rank 0's own loss is the mean over its shard only, noisier than the loss
 of the global batch the step actually descended; one all-reduce of the per-step losses gives the latter.
 ``parameter_checksum`` and ``replicas_identical`` say that a run is the same run (on every rank, and
-against another run); ``random_states`` and ``restore_random_states`` let a checkpoint hold every rank's
-random state (dropout draws differ per rank), so a resumed run draws what the uninterrupted one would have.
+against another run: ``same_run`` compares two runs' summaries); ``random_states`` and
+``restore_random_states`` let a checkpoint hold every rank's random state (dropout draws differ per rank), so a
+resumed run draws what the uninterrupted one would have.
 
 Used in lesson 13 and by ``dpedu.scripts.train_addition``.
 """
@@ -17,7 +18,8 @@ from torch import nn
 
 from dpedu import models
 
-__all__ = ["global_mean", "parameter_checksum", "replicas_identical", "random_states", "restore_random_states"]
+__all__ = ["global_mean", "parameter_checksum", "replicas_identical", "same_run", "random_states",
+           "restore_random_states"]
 
 
 def global_mean(values: torch.Tensor) -> torch.Tensor:
@@ -39,6 +41,12 @@ def parameter_checksum(model: nn.Module) -> float:
 def replicas_identical(model: nn.Module) -> bool:
     """True on every rank when all ranks hold bit-identical parameters (compared through an all-gather)."""
     return models.identical_on_every_rank(model.parameters())
+
+
+def same_run(summary: dict, other: dict) -> bool:
+    """Are two runs the same run bit for bit, by the script's summaries: equal parameter checksums and every
+    logged global loss equal (lesson 13's check of a resumed run against an uninterrupted one)?"""
+    return summary["checksum"] == other["checksum"] and summary["losses"] == other["losses"]
 
 
 def random_states() -> list[dict[str, torch.Tensor]]:

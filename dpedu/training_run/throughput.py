@@ -7,8 +7,13 @@ Measured inside ranks started by ``dpedu.launch`` (every function here but the l
 - ``matmul_seconds``: the time of a fixed amount of matmul work per rank, to see ranks × threads compete
   for cores (oversubscription);
 - ``controlled_steps``: a step whose compute is a sleep of a chosen duration (a process that sleeps uses no
-  core: lesson 13's technique), followed by a real all-reduce of the gradients' size, so that the share of
-  the step spent communicating is measured without ranks competing for the cores.
+  core: lesson 12's technique, its pipeline's timed stages), followed by a real all-reduce of the gradients'
+  size, timed alone, so that what communication costs beside compute is measured without ranks competing for
+  the cores.
+
+Lesson 13's checks of these measurements are functions here too (``oversubscription_slows``,
+``within_the_cores``, ``faster_not_twice``, ``no_faster_than``, ``flat``), so that the lesson asserts them and
+``tests/claims`` shows each one failing on a broken measurement.
 
 Predicted (plain arithmetic, any α-β model of an all-reduce's time can feed it): ``exposed_communication``,
 the part of the gradients' all-reduces that overlapping buckets with backward does not hide, and
@@ -30,8 +35,8 @@ from dpedu.training_run.addition import VOCABULARY, addition_splits, sequence_le
 from dpedu.training_run.gpt import GPT
 from dpedu.training_run.step import resolve_precision, train_step
 
-__all__ = ["training_throughput", "matmul_seconds", "controlled_steps", "exposed_communication",
-           "scaling_efficiency"]
+__all__ = ["training_throughput", "matmul_seconds", "controlled_steps", "oversubscription_slows", "within_the_cores",
+           "faster_not_twice", "no_faster_than", "flat", "exposed_communication", "scaling_efficiency"]
 
 
 def _device() -> torch.device:
@@ -102,30 +107,63 @@ def matmul_seconds(size: int = 256, *, repeats: int = 8, steps: int = 9) -> floa
     return statistics.median(seconds[1:])
 
 
-def controlled_steps(compute_seconds: Sequence[float], elements: int, *, steps: int = 7) -> list[tuple[float, float]]:
+def controlled_steps(compute_seconds: Sequence[float], elements: int, *, steps: int = 7) -> list[float]:
     """On every rank, for each duration in ``compute_seconds``: steps made of a sleep of that duration (the
     compute, of controlled length) then a real ``all_reduce`` of ``elements`` float32 values (the gradients).
 
-    Returns, per duration, (step seconds, all-reduce seconds) of this rank's fastest step. The fastest, as
-    lesson 04 fits the α-β model to the fastest all-reduces: what disturbs a step here (one rank woken late
-    from its sleep, another program on a core) only adds time, so the minimum is the step itself. Durations
-    take turns step by step; a barrier starts every step.
+    Returns, per duration, this rank's fastest all-reduce, timed alone: a barrier after the sleep brings the
+    ranks together first, so the time holds no wait for a partner still asleep or just waking. The fastest, as
+    lesson 04 fits the α-β model to the fastest all-reduces: what disturbs one (another program on a core)
+    only adds time. Durations take turns step by step; a barrier starts every step.
     """
     durations = [real("compute_seconds", s, at_least=0) for s in compute_seconds]
     whole("elements", elements)
     whole("steps", steps)
     gradients = torch.ones(elements)
     dist.all_reduce(gradients)  # the first all-reduce sets up the connections: not timed
-    timed: list[list[tuple[float, float]]] = [[] for _ in durations]
+    timed: list[list[float]] = [[] for _ in durations]
     for _ in range(steps):
         for index, duration in enumerate(durations):
             dist.barrier()
-            start = time.perf_counter()
             time.sleep(duration)  # forward and backward, of controlled length; uses no core
-            computed = time.perf_counter()
+            dist.barrier()  # every rank awake and here: what follows is the all-reduce alone
+            start = time.perf_counter()
             dist.all_reduce(gradients)
-            timed[index].append((time.perf_counter() - start, time.perf_counter() - computed))
+            timed[index].append(time.perf_counter() - start)
     return [min(ts) for ts in timed]
+
+
+# Lesson 13's checks of these measurements. Each says what it asserts and why that bound; tests/claims feeds
+# each a broken measurement and requires it to fail.
+
+def oversubscription_slows(fitting_seconds: float, oversubscribed_seconds: float, *, at_least: float) -> bool:
+    """Did the oversubscribed ranks take at least ``at_least`` times the fitting ranks' time for the same work?
+    Lesson 13 asserts 1.0 on any machine (oversubscribing never made it faster: measured 2.7x to 39x on
+    2 cores, idle or with one core taken) and 1.5 where two cores were free."""
+    return oversubscribed_seconds >= at_least * fitting_seconds
+
+
+def within_the_cores(efficiency: float, ranks: int, usable: int, *, noise: float = 1.2) -> bool:
+    """Is a measured scaling efficiency at most what ``usable`` cores allow (``min(ranks, usable) / ranks``),
+    plus 20 % for noise? On free cores, more means a timing went wrong; load that slows one process's runs more
+    than the ranks' can raise it (1.83 measured on 2 cores), so lesson 13 asserts it where the cores were free."""
+    return efficiency <= min(ranks, usable) / ranks * noise
+
+
+def faster_not_twice(one: float, two: float) -> bool:
+    """Lesson 13's claim of 2 ranks on 2 free cores: more than 1.1 times one process's samples/s, less than twice."""
+    return 1.1 * one < two < 2 * one
+
+
+def no_faster_than(more: float, fewer: float, *, margin: float = 1.15) -> bool:
+    """More ranks than cores do not beat fewer (samples/s ``more`` at most ``margin`` times ``fewer``'s)."""
+    return more <= margin * fewer
+
+
+def flat(seconds: Sequence[float], *, within: float = 2.0) -> bool:
+    """Are these times flat: the largest less than ``within`` times the smallest? Lesson 13 asserts it of the
+    same all-reduce timed after sleeps of different lengths: its cost does not depend on the batch."""
+    return max(seconds) < within * min(seconds)
 
 
 def exposed_communication(bucket_seconds: Sequence[float], backward_seconds: float) -> float:

@@ -74,6 +74,15 @@ def test_mfu_is_achieved_model_flops_over_the_peak_and_the_peak_is_measured():
     assert torch.equal(torch.get_rng_state(), state)  # measuring draws nothing from the run's random state
 
 
+def test_held_to_the_same_peak_per_rank_n_ranks_mfu_over_one_process_is_the_scaling_efficiency():
+    # Lesson 13 prints MFU(n) = MFU(1) x efficiency(n) as an equation: arithmetic, asserted here, not a finding
+    one, samples = 8000.0, {1: 8000.0, 2: 10800.0, 4: 10300.0}  # samples/s of 1, 2 and 4 ranks
+    for n, measured in samples.items():
+        efficiency = measured / (n * one)
+        ratio = mfu(8 * measured, 617_472, n * 1.1e11) / mfu(8 * one, 617_472, 1.1e11)
+        assert ratio == pytest.approx(efficiency, rel=1e-12)
+
+
 def test_bad_arguments_are_refused_naming_them():
     with pytest.raises(ValueError, match="peak must be a finite number > 0"):
         mfu(1.0, 1.0, 0.0)

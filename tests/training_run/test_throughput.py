@@ -47,9 +47,8 @@ def test_measurements_agree_across_ranks_and_count_what_they_say():
     assert thr0 == thr1  # rank 0's clock, broadcast
     assert thr0["parameters"] == 102144
     assert thr0["samples_per_second"] == pytest.approx(2 * 8 / thr0["step_seconds"])
-    (step, communication), (step0, communication0) = controlled
-    assert step >= 0.02 > communication and 0 < communication <= step  # the sleep is in the step, not in the message
-    assert 0 < communication0 <= step0
+    after_sleep, no_sleep = controlled
+    assert 0 < after_sleep < 0.02 and 0 < no_sleep < 0.02  # the all-reduce alone: the sleep is not in it
 
 
 def test_matmul_steps_need_a_warm_up_and_a_timed_step():

@@ -1,0 +1,177 @@
+"""Lesson 13's checks, each run on a deliberately broken subject: the same function and tolerance the notebook
+asserts with must fail where the claim is false (a broken resume, a wrong noise-scale formula, wrong parameters,
+impossible timings). Each test names the cell it backs in its docstring's first line."""
+
+import shutil
+import time
+from contextlib import nullcontext
+from unittest import mock
+
+import torch
+from torch.func import functional_call, grad, vmap
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from dpedu import launch
+from dpedu.scripts import train_addition
+from dpedu.sgd.noise_scale import simple_noise_scale, two_batch_noise_scale
+from dpedu.training_run import evaluation, flops, gradient_norms, replicas, step, throughput
+from dpedu.training_run.addition import VOCABULARY, addition_splits, sequence_length
+from dpedu.training_run.gpt import GPT
+
+
+def run(argv: list[str], broken: str | None = None) -> dict | None:
+    """On each launched rank: the script's ``train`` on the CPU, in this process; rank 0 returns the summary.
+    ``broken``: "reseeds" resumes without restoring the random states (a fresh start's); "skips" resumes at the
+    start of the checkpoint's epoch instead of its position in it."""
+    epoch_batches = train_addition.epoch_batches
+
+    def from_the_epochs_start(*args, first_step=0, **kwargs):
+        return epoch_batches(*args, first_step=0, **kwargs)
+
+    patches = {"reseeds": mock.patch.object(replicas, "restore_random_states", lambda states: None),
+               "skips": mock.patch.object(train_addition, "epoch_batches", from_the_epochs_start)}
+    with patches.get(broken, nullcontext()):
+        return train_addition.train(train_addition.arguments(argv), torch.device("cpu"), "float32",
+                                    time.perf_counter())
+
+
+def test_a_resume_that_reseeds_or_restarts_the_epoch_fails_the_resumed_runs_comparison(tmp_path):
+    """Backs 13 cell 29: a resumed run is the uninterrupted one bit for bit (replicas.same_run); a resume that
+    reseeds its random numbers, or starts its epoch over instead of at the checkpoint's position, is not."""
+    # 16 steps an epoch; checkpoints every 8 steps; stopped after step 12, so resumed mid-epoch from step 8.
+    # Dropout makes the random states part of the run.
+    tiny = ["--width", "16", "--heads", "2", "--layers", "1", "--train-examples", "256", "--heldout-examples", "30",
+            "--steps", "24", "--warmup", "2", "--global-batch", "16", "--dropout", "0.1", "--checkpoint-every", "8"]
+    whole = launch(run, 2, ([*tiny, "--checkpoint", str(tmp_path / "whole.pt")],), timeout=60)[0]
+    stopped = tmp_path / "stopped.pt"
+    assert launch(run, 2, ([*tiny, "--checkpoint", str(stopped), "--stop-after-step", "12"],), timeout=60)[0][
+        "checkpoint_step"] == 8
+    resumed = {}
+    for broken in (None, "reseeds", "skips"):
+        checkpoint = tmp_path / f"{broken}.pt"
+        shutil.copy(stopped, checkpoint)
+        resumed[broken] = launch(run, 2, ([*tiny, "--checkpoint", str(checkpoint), "--resume"], broken),
+                                 timeout=60)[0]
+        assert resumed[broken]["resumed_from_step"] == 8
+    assert replicas.same_run(resumed[None], whole)
+    assert not replicas.same_run(resumed["reseeds"], whole)
+    assert not replicas.same_run(resumed["skips"], whole)
+
+
+def test_wrong_parameters_fail_the_independent_evaluation(tmp_path):
+    """Backs 13 cell 23: the run's reported held-out count is what its parameters, loaded from its checkpoint,
+    score when evaluated again in another process (evaluation.scores_as_reported); other parameters do not."""
+    short = ["--steps", "300", "--warmup", "50", "--train-examples", "2000", "--heldout-examples", "500"]
+    path = tmp_path / "run.pt"
+    summary = launch(run, 2, ([*short, "--checkpoint", str(path)],), timeout=120)[0]
+    reported = (summary["heldout_correct"], summary["heldout_examples"])
+    assert reported[0] >= 5  # a model that answers some right: an untrained one answers none
+    heldout = addition_splits(2, train=2000, heldout=500).heldout
+
+    def model(state=None):
+        torch.manual_seed(0)  # the script's --seed: its initial model
+        built = GPT(len(VOCABULARY), sequence_length(2) - 1, width=64, heads=4, layers=2)
+        if state is not None:
+            built.load_state_dict(state)
+        return built
+
+    trained = model(torch.load(path, weights_only=True)["model"])
+    assert replicas.parameter_checksum(trained) == summary["checksum"]
+    assert evaluation.scores_as_reported(trained, heldout, 2, reported)
+    assert not evaluation.scores_as_reported(model(), heldout, 2, reported)  # the initial parameters, never trained
+
+
+def test_a_noise_scale_estimate_missing_its_1_over_B_fails_the_check_against_the_exact_value():
+    """Backs 13 cell 58: the hook's two-batch estimate at a fixed model is within 25 % of the exact B_simple
+    (gradient_norms.close_to_exact); the same norms put through a formula missing the 1/B factor are not."""
+    frozen = launch(run, 2, (["--noise-scale", "--lr", "1e-12", "--warmup", "1", "--steps", "20"],),
+                    timeout=120)[0]["noise_scale"]
+    small, big = frozen["local_sq"], frozen["global_sq"]
+    b, B = frozen["per_rank_examples"], frozen["global_batch"]
+    estimate = two_batch_noise_scale(small, big, b, B)
+    # The same as two_batch_noise_scale, but tr(Sigma) = (|G_b|^2 - |G_B|^2) / (1/b): the 1/B left out
+    small_mean, big_mean = sum(small) / len(small), sum(big) / len(big)
+    broken = ((small_mean - big_mean) / (1 / b)) / ((B * big_mean - b * small_mean) / (B - b))
+
+    # The exact value as the lesson computes it: lesson 07's simple_noise_scale of 1,000 per-example gradients
+    data = addition_splits(2)
+    sample = data.train[torch.randperm(len(data.train), generator=torch.Generator().manual_seed(1))[:1000]]
+    torch.manual_seed(0)
+    model = GPT(len(VOCABULARY), sequence_length(2) - 1, width=64, heads=4, layers=2)
+    weights = {name: p.detach() for name, p in model.named_parameters()}
+
+    def example_loss(weights, tokens):
+        tokens = tokens[None]
+        return step.answer_loss(functional_call(model, weights, (tokens[:, :-1],)), tokens, 2)
+
+    with sdpa_kernel(SDPBackend.MATH):
+        per_example = vmap(grad(example_loss), in_dims=(None, 0))(weights, sample)
+    exact = simple_noise_scale(torch.cat([g.flatten(1) for g in per_example.values()], dim=1))
+
+    assert gradient_norms.close_to_exact(estimate, exact)
+    assert not gradient_norms.close_to_exact(broken, exact)
+
+
+def test_oversubscribed_runs_measured_faster_fail_both_tiers():
+    """Backs 13 cell 38: oversubscription_slows at 1.0 (any machine) and 1.5 (two free cores) passes the stored
+    run (3.9 ms fitting, 21.1 ms oversubscribed) and fails a measurement where oversubscribing was faster."""
+    assert throughput.oversubscription_slows(3.9e-3, 21.1e-3, at_least=1.0)
+    assert throughput.oversubscription_slows(3.9e-3, 21.1e-3, at_least=1.5)
+    assert not throughput.oversubscription_slows(3.9e-3, 3.5e-3, at_least=1.0)
+    assert not throughput.oversubscription_slows(3.9e-3, 5.0e-3, at_least=1.5)  # slower, but not by half
+
+
+def test_throughputs_beyond_the_cores_or_outside_the_speed_up_fail_cell_46s_checks():
+    """Backs 13 cell 46: within_the_cores, faster_not_twice and no_faster_than pass the stored run (8494, 10781
+    and 10307 samples/s on 1, 2, 4 ranks, 2 cores) and fail broken ones: an efficiency the cores cannot give,
+    2 ranks twice as fast or slower than one process, 4 ranks on 2 cores beating 2."""
+    one, two, four, usable = 8494.0, 10781.0, 10307.0, 2
+    assert throughput.within_the_cores(two / (2 * one), 2, usable)
+    assert throughput.within_the_cores(four / (4 * one), 4, usable)
+    assert not throughput.within_the_cores(1.3, 2, usable)
+    assert not throughput.within_the_cores(0.65, 4, usable)  # 4 ranks on 2 cores: at most 0.5 (+20 %)
+    assert throughput.faster_not_twice(one, two)
+    assert not throughput.faster_not_twice(one, 2.0 * one) and not throughput.faster_not_twice(one, 0.9 * one)
+    assert throughput.no_faster_than(four, two)
+    assert not throughput.no_faster_than(1.2 * two, two)
+
+
+def test_mfus_against_a_wrong_peak_or_a_partly_timed_step_fail_cell_47s_checks():
+    """Backs 13 cells 43 and 47: plausible_mfu passes the stored MFUs (37.1 % for one process) and fails an MFU
+    whose peak is in the wrong unit (GFLOP/s for FLOP/s) and one whose step was timed for its forward only."""
+    tokens_per_second, per_token, peak = 8494.0 * 8, 617_472, 113e9
+    one = flops.mfu(tokens_per_second, per_token, peak)
+    assert flops.plausible_mfu(one) and flops.plausible_mfu(one, below=0.8)
+    assert not flops.plausible_mfu(flops.mfu(tokens_per_second, per_token, peak / 1e9))
+    forward_only = flops.mfu(3 * tokens_per_second, per_token, peak)  # a third of the time: 3 times the rate
+    assert not flops.plausible_mfu(forward_only, below=0.8)
+
+
+def waits_for_its_partner(compute_seconds: list[float], elements: int, steps: int = 7) -> list[float]:
+    """The all-reduce timed from the end of this rank's sleep, while rank 1 computes twice as long: each time
+    holds the wait for the partner, which grows with the compute."""
+    gradients = torch.ones(elements)
+    torch.distributed.all_reduce(gradients)
+    timed = [[] for _ in compute_seconds]
+    for _ in range(steps):
+        for index, duration in enumerate(compute_seconds):
+            torch.distributed.barrier()
+            time.sleep(duration * (1 + torch.distributed.get_rank()))
+            start = time.perf_counter()
+            torch.distributed.all_reduce(gradients)
+            timed[index].append(time.perf_counter() - start)
+    return [min(ts) for ts in timed]
+
+
+def alone_after_a_barrier(compute_seconds: list[float], elements: int) -> list[float]:
+    return throughput.controlled_steps(compute_seconds, elements, steps=7)
+
+
+def test_an_all_reduce_timing_that_holds_the_partners_wait_fails_the_flatness_check():
+    """Backs 13 cell 49: the all-reduce timed alone after a barrier is flat across compute lengths (flat: within
+    2x), measured here; timed with the wait for a partner who computes longer, it is not."""
+    durations, elements = [0.008, 0.004, 0.002, 0.001, 0.0005, 0.00025], 102_144  # 64 to 2 examples, the model
+    alone = launch(alone_after_a_barrier, 2, args=(durations, elements), timeout=60)[0]
+    waiting = launch(waits_for_its_partner, 2, args=(durations, elements, 7), timeout=60)[0]
+    assert throughput.flat(alone), alone
+    assert not throughput.flat(waiting), waiting
