@@ -41,7 +41,8 @@ from dpedu._validate import real, tensor, whole
 # backward(grad) imports that module (and sympy, about 1 s) on first use. Imported here, in the process
 # that forks the ranks, every rank inherits it instead of importing it again at every launch.
 
-__all__ = ["schedule", "peak_in_flight", "bubble_fraction", "run_schedule", "saved_storages", "idle_fraction"]
+__all__ = ["schedule", "peak_in_flight", "bubble_fraction", "run_schedule", "saved_storages", "idle_fraction",
+           "one_more_slot", "follows_bubble", "stages_overlap", "relative_gap"]
 
 SCHEDULES = ("gpipe", "1f1b")
 
@@ -83,6 +84,40 @@ def bubble_fraction(stages: int, micro_batches: int) -> float:
     whole("stages", stages)
     whole("micro_batches", micro_batches)
     return (stages - 1) / (micro_batches + stages - 1)
+
+
+def one_more_slot(stages: int, micro_batches: int) -> float:
+    """p/(m + p): the idle share of a schedule that idled one slot more per stage than the formula's."""
+    return bubble_fraction(stages + 1, micro_batches)  # (p + 1 - 1)/(m + p + 1 - 1)
+
+
+def follows_bubble(stages: int, micro_batches: list[int], idle: list[float], below: float = 0.05,
+                   above: float = 0.75) -> bool:
+    """Lesson 12's tight claim on measured idle shares (one per entry of ``micro_batches``, fewest first):
+    each at most ``below`` under (p - 1)/(m + p - 1) and over it by less than ``above`` of the way to one
+    more idle slot per stage, and the most micro-batches idling less than the fewest by over 0.2."""
+    if len(idle) != len(micro_batches) or len(idle) < 2:
+        raise ValueError(f"idle must hold one share per entry of micro_batches (2 or more), got {idle!r}")
+    gaps = [(share - bubble_fraction(stages, m), one_more_slot(stages, m) - bubble_fraction(stages, m))
+            for m, share in zip(micro_batches, idle, strict=True)]
+    return all(-below < gap < above * slot for gap, slot in gaps) and idle[0] > idle[-1] + 0.2
+
+
+def stages_overlap(stages: int, idle: float, margin: float = 0.1) -> bool:
+    """Whether a measured idle share shows stages working at the same time: below (p - 1)/p by ``margin``.
+
+    Stages that take turns (one micro-batch at a time through the whole pipeline) idle at least
+    (p - 1)/p of the step, whatever m: one stage at most works at any moment, and a busy machine only
+    adds waiting. So this fails for them on any machine; it holds for a pipeline unless wake-ups run
+    late by a large share of each stage's time."""
+    whole("stages", stages, minimum=2)
+    return idle < (stages - 1) / stages - margin
+
+
+def relative_gap(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
+    """The largest |got - want| over the pairs (got, want), each relative to the largest |want| of its pair:
+    lesson 12's measure of how far ranks' results are from one process's."""
+    return max(((got - want).abs().max() / want.abs().max()).item() for got, want in pairs)
 
 
 def run_schedule(stage: nn.Module, kind: str, x: torch.Tensor, y: torch.Tensor, micro_batches: int,

@@ -18,6 +18,7 @@ avoids the subtraction instead: each rank computes its own mean and 1/std, an al
 with the counts, and a parallel-variance formula combines them.)
 A rank may hold any number of samples, one included, as long as the global batch has more than one
 value per channel. Without a process group (or with one rank) this is exactly ``nn.BatchNorm``.
+``largest_gap`` is how lesson 08 compares the ranks' results with one process's on the whole batch.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from torch import nn
 
 from dpedu._validate import real, whole
 
-__all__ = ["SyncBatchNorm"]
+__all__ = ["SyncBatchNorm", "largest_gap"]
 
 
 def _all_reduce(tensor: torch.Tensor) -> torch.Tensor:
@@ -144,3 +145,13 @@ class SyncBatchNorm(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
+
+
+def largest_gap(ranks: list[dict[str, torch.Tensor]], reference: dict[str, torch.Tensor], key: str) -> float:
+    """Lesson 08's comparison: how far the ranks' ``key`` is from one process's on the whole batch, relative
+    to the reference's largest value. Outputs and input gradients: each rank holds its slice of the batch."""
+    if key in ("output", "input grad"):  # each rank holds its own slice of the batch
+        gap = (torch.cat([r[key] for r in ranks]) - reference[key]).abs().max()
+    else:  # every rank holds all of it
+        gap = max((r[key] - reference[key]).abs().max() for r in ranks)
+    return (gap / reference[key].abs().max()).item()

@@ -74,6 +74,31 @@ def test_measured_idle_share_follows_the_bubble_formula():
     assert idle == pytest.approx(0.5, abs=0.1)  # generous: a loaded machine delays the messages
 
 
+def _steps(kind, micro_batches, work_s, steps):
+    stage = mp.stage_of(mp.blocks(8, 4), dist.get_world_size(), dist.get_rank())
+    x, y = mp.regression_data(24, 8)
+    return [pipeline.run_schedule(stage, kind, x, y, micro_batches, work_s)["timeline"] for _ in range(steps)]
+
+
+def test_micro_batches_overlap_across_stages():
+    # p = 2, m = 4: the formula gives 0.2, one more idle slot per stage 1/3, and stages that took turns
+    # (no micro-batch overlapping another stage's) at least 0.5 on any machine. Load only delays the
+    # stages' wake-ups (their work is a sleep), which adds idle time: the best of 3 steps counts.
+    ranks = launch(_steps, 2, args=("gpipe", 4, 0.4, 3))
+    idle = min(pipeline.idle_fraction([rank[k] for rank in ranks]) for k in range(3))
+    assert pipeline.bubble_fraction(2, 4) - 0.05 < idle < pipeline.one_more_slot(2, 4), idle
+
+
+def test_the_bubble_checks():
+    formula = [pipeline.bubble_fraction(4, m) for m in (1, 2, 4, 8)]
+    assert pipeline.follows_bubble(4, [1, 2, 4, 8], formula)
+    assert not pipeline.follows_bubble(4, [1, 2, 4, 8], [pipeline.one_more_slot(4, m) for m in (1, 2, 4, 8)])
+    assert not pipeline.follows_bubble(4, [1, 2, 4, 8], [f - 0.06 for f in formula])
+    assert pipeline.one_more_slot(2, 4) == pytest.approx(1 / 3)
+    assert pipeline.stages_overlap(2, 0.39) and not pipeline.stages_overlap(2, 0.41)
+    assert pipeline.relative_gap([(torch.ones(2), 2 * torch.ones(2)), (torch.zeros(1), torch.ones(1))]) == 1.0
+
+
 def test_idle_fraction_of_a_handmade_timeline():
     assert pipeline.idle_fraction([[("F", 0, 0.0, 1.0)], [("F", 0, 1.0, 2.0)]]) == pytest.approx(0.5)
     assert pipeline.idle_fraction([[("F", 0, 0.0, 1.0)], [("F", 0, 0.0, 1.0)]]) == pytest.approx(0.0)
@@ -89,6 +114,8 @@ def test_idle_fraction_of_a_handmade_timeline():
     (lambda: pipeline.bubble_fraction(2, 0), ValueError, "micro_batches"),
     (lambda: pipeline.idle_fraction([]), ValueError, "timelines"),
     (lambda: pipeline.idle_fraction([[("F", 0, 0.0, 1.0)], []]), ValueError, "timelines"),
+    (lambda: pipeline.follows_bubble(2, [1, 2], [0.5]), ValueError, "idle"),
+    (lambda: pipeline.stages_overlap(1, 0.0), ValueError, "stages"),
 ])
 def test_bad_arguments_are_refused_by_name(call, error, name):
     with pytest.raises(error, match=name):

@@ -208,3 +208,14 @@ def test_a_large_mean_keeps_the_variance_float32_would_lose():
     layer(x)
     assert torch.allclose(layer.running_var.double(), x.double().var(0), rtol=1e-5)
     assert torch.allclose(layer.running_mean.double(), x.double().mean(0), rtol=1e-6)
+
+
+def test_largest_gap_joins_the_ranks_slices_and_compares_whole_tensors_rank_by_rank():
+    from dpedu.data_parallel.sync_batchnorm import largest_gap
+
+    reference = {"output": torch.tensor([1.0, -2.0, 4.0]), "running statistics": torch.tensor([2.0, 4.0])}
+    ranks = [{"output": torch.tensor([1.0, -2.0]), "running statistics": torch.tensor([2.0, 4.0])},
+             {"output": torch.tensor([3.0]), "running statistics": torch.tensor([2.0, 5.0])}]
+    assert largest_gap(ranks, reference, "output") == pytest.approx(1 / 4)  # slices joined: [1, -2, 3]
+    assert largest_gap(ranks, reference, "running statistics") == pytest.approx(1 / 4)  # rank 1's, the worse
+    assert largest_gap(ranks[:1], reference, "running statistics") == 0
