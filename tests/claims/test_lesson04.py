@@ -6,16 +6,14 @@ The broken rings are ``ring_all_reduce``'s own source with one line changed (``c
 the real one wherever it goes.
 """
 
-import __future__
 
-import inspect
-import textwrap
 
 import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
 
+from claims.broken import changed
 from dpedu import launch
 from dpedu.data_parallel.collectives import naive_all_reduce, ring_all_reduce, sharded_server_all_reduce
 from dpedu.data_parallel.cost_model import fit_alpha_beta, ring_time
@@ -23,26 +21,15 @@ from dpedu.data_parallel.cost_model import fit_alpha_beta, ring_time
 SIZES = (1, 2, 3, 5, 1000, 1001)  # cell 16's
 
 
-def changed(function, old, new):
-    """``function`` with ``old``, which must occur once in its source, replaced by ``new``; compiled in a copy
-    of its module's namespace (the module itself is left alone)."""
-    source = textwrap.dedent(inspect.getsource(function))
-    assert source.count(old) == 1, f"{old!r} is not in {function.__name__} once: update this test"
-    namespace = dict(vars(inspect.getmodule(function)))
-    exec(compile(source.replace(old, new), inspect.getsourcefile(function), "exec",
-                 flags=__future__.annotations.compiler_flag, dont_inherit=True), namespace)
-    return namespace[function.__name__]
-
-
 BROKEN_RINGS = {
     # From its second step on (so on 3 ranks and more), each rank sends a chunk it has not added into, and
     # adds what arrives into the chunk that came with it: the partial sums never travel on.
     "wrong chunk at step 2": changed(
-        ring_all_reduce, "chunks[(rank - step) % world], chunks[(rank - step - 1) % world]",
-        "chunks[(rank + step) % world], chunks[(rank + step - 1) % world]"),
+        ring_all_reduce, ("chunks[(rank - step) % world], chunks[(rank - step - 1) % world]",
+        "chunks[(rank + step) % world], chunks[(rank + step - 1) % world]")),
     # The reduce-scatter only: rank r holds the sum of one chunk, and partial sums elsewhere.
-    "no all-gather": changed(ring_all_reduce, "for step in range(world - 1):  # all-gather",
-                             "for step in range(0):  # all-gather"),
+    "no all-gather": changed(ring_all_reduce, ("for step in range(world - 1):  # all-gather",
+                             "for step in range(0):  # all-gather")),
 }
 
 
@@ -135,6 +122,6 @@ def test_the_alpha_beta_checks_fail_on_timings_the_model_does_not_describe():
 def test_a_fit_that_miscounts_the_ring_steps_fails_the_fit_check():
     """Backs 04 cell 19: a fit_alpha_beta that counts p - 1 ring steps where ring_time counts 2(p - 1) fits
     α and β twice too large, and its predictions miss the α-β ring's own timings by over a factor of 2."""
-    miscounted = changed(fit_alpha_beta, "steps = 2 * (world_size - 1)", "steps = world_size - 1")
+    miscounted = changed(fit_alpha_beta, ("steps = 2 * (world_size - 1)", "steps = world_size - 1"))
     alpha_beta = timings(90e-6, 0.38e-9)
     assert fit_checks(alpha_beta) and not fit_checks(alpha_beta, fit=miscounted)

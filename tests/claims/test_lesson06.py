@@ -7,31 +7,17 @@ The broken subjects are the real functions with one line changed (``changed``): 
 ``staleness.stability_limit``.
 """
 
-import __future__
 
-import inspect
 import math
-import textwrap
 
 import pytest
 import torch
 
+from claims.broken import changed
 from dpedu import launch
 from dpedu.datasets import digits
 from dpedu.sgd import local_sgd
 from dpedu.sgd.staleness import delayed_gd, stability_limit
-
-
-def changed(function, old, new):
-    """``function`` with ``old``, which must occur once in its source, replaced by ``new``; compiled in a copy
-    of its module's namespace (the module itself is left alone)."""
-    source = textwrap.dedent(inspect.getsource(function))
-    assert source.count(old) == 1, f"{old!r} is not in {function.__name__} once: update this test"
-    namespace = dict(vars(inspect.getmodule(function)))
-    exec(compile(source.replace(old, new), inspect.getsourcefile(function), "exec",
-                 flags=__future__.annotations.compiler_flag, dont_inherit=True), namespace)
-    return namespace[function.__name__]
-
 
 # Cell 29's, and the loss measured once at the end instead of after every round (the parameters are the same)
 SETTINGS = {"steps": 256, "batch_size": 16, "lr": 0.1, "eval_every": 256}
@@ -39,7 +25,7 @@ SETTINGS = {"steps": 256, "batch_size": 16, "lr": 0.1, "eval_every": 256}
 
 def local_sgd_runs():
     """In each rank: cell 29's "sync" and "local SGD, H=1" runs, and two broken local SGDs."""
-    forgets = changed(local_sgd.train, "average_(parameters)  # local SGD", "pass  # local SGD")
+    forgets = changed(local_sgd.train, ("average_(parameters)  # local SGD", "pass  # local SGD"))
     return {"sync": local_sgd.train("sync", **SETTINGS),
             "local SGD, H=1": local_sgd.train("local", period=1, **SETTINGS),
             "averages every 2 steps": local_sgd.train("local", period=2, **SETTINGS),
@@ -63,9 +49,9 @@ def test_local_sgd_that_averages_late_or_never_fails_the_equality_with_ddp():
 
 BROKEN_LIMITS = {
     # Staleness counted one step too many: the polynomial of staleness τ + 1.
-    "off by one": changed(stability_limit, "np.zeros(staleness + 2)", "np.zeros(staleness + 3)"),
+    "off by one": changed(stability_limit, ("np.zeros(staleness + 2)", "np.zeros(staleness + 3)")),
     # Staleness ignored: plain gradient descent's limit 2 for every τ.
-    "no staleness": changed(stability_limit, "np.zeros(staleness + 2)", "np.zeros(2)"),
+    "no staleness": changed(stability_limit, ("np.zeros(staleness + 2)", "np.zeros(2)")),
 }
 
 

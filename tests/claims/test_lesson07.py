@@ -6,29 +6,16 @@ The broken estimators are ``dpedu.sgd.noise_scale``'s own functions with one lin
 called the wrong way.
 """
 
-import __future__
 
-import inspect
-import textwrap
 
 import numpy as np
 import pytest
 import torch
 
+from claims.broken import changed
 from dpedu.sgd import least_squares
 from dpedu.sgd.noise_scale import simple_noise_scale, two_batch_noise_scale
 from dpedu.sgd.noisy_quadratic import NoisyQuadratic
-
-
-def changed(function, old, new):
-    """``function`` with ``old``, which must occur once in its source, replaced by ``new``; compiled in a copy
-    of its module's namespace (the module itself is left alone)."""
-    source = textwrap.dedent(inspect.getsource(function))
-    assert source.count(old) == 1, f"{old!r} is not in {function.__name__} once: update this test"
-    namespace = dict(vars(inspect.getmodule(function)))
-    exec(compile(source.replace(old, new), inspect.getsourcefile(function), "exec",
-                 flags=__future__.annotations.compiler_flag, dont_inherit=True), namespace)
-    return namespace[function.__name__]
 
 
 @pytest.fixture(scope="module")
@@ -67,10 +54,10 @@ def test_noise_scale_estimators_with_a_factor_missing_fail_the_comparison_with_t
     a per-example estimator whose correction of |G|² misses its 1/n, or a two-batch estimator that misses
     the small batch's 1/B in tr(Σ), fails."""
     assert cell_15_holds(samples)
-    no_one_over_n = changed(simple_noise_scale, "(mean @ mean).item() - trace_sigma / n",
-                            "(mean @ mean).item() - trace_sigma")
+    no_one_over_n = changed(simple_noise_scale, ("(mean @ mean).item() - trace_sigma / n",
+                            "(mean @ mean).item() - trace_sigma"))
     assert not cell_15_holds(samples, simple=no_one_over_n)
-    no_one_over_b = changed(two_batch_noise_scale, "(1 / small_batch - 1 / big_batch)", "(1 - 1 / big_batch)")
+    no_one_over_b = changed(two_batch_noise_scale, ("(1 / small_batch - 1 / big_batch)", "(1 - 1 / big_batch)"))
     assert not cell_15_holds(samples, two_batch=no_one_over_b)
 
 

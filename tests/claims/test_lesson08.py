@@ -8,12 +8,10 @@ A broken subject is the course's own code with one line changed (``_broken``: th
 put in place inside the ranks only, so that each test breaks exactly what the lesson shows.
 """
 
-import inspect
-import textwrap
-from contextlib import contextmanager
 
 import pytest
 
+from claims.broken import changed, replaced
 from dpedu import launch
 from dpedu.data_parallel import equivalence, sync_batchnorm
 
@@ -27,33 +25,11 @@ BROKEN = {
 }
 
 
-def _broken(obj, edits):
-    """``obj`` (a function or class) rebuilt from its source with each (old, new) edit, in its module's namespace."""
-    source = textwrap.dedent(inspect.getsource(obj))
-    for old, new in edits:
-        assert source.count(old) == 1, f"{old!r} is not in {obj.__qualname__} once: update this test to the code"
-        source = source.replace(old, new)
-    namespace = dict(vars(inspect.getmodule(obj)))
-    exec(compile(source, f"{obj.__qualname__}, broken", "exec"), namespace)
-    return namespace[obj.__name__]
-
-
-@contextmanager
-def _replaced(module, name, value):
-    """``module.name`` is ``value`` inside the block (inside a rank: the caller's process is untouched)."""
-    original = getattr(module, name)
-    setattr(module, name, value)
-    try:
-        yield
-    finally:
-        setattr(module, name, original)
-
-
 def _with(mistake, run):
     """``run()`` with SyncBatchNorm's autograd function broken by ``mistake`` (None: as the course has it)."""
     function = sync_batchnorm._SyncBatchNormFunction
-    function = _broken(function, BROKEN[mistake]) if mistake else function
-    with _replaced(sync_batchnorm, "_SyncBatchNormFunction", function):
+    function = changed(function, *BROKEN[mistake]) if mistake else function
+    with replaced(sync_batchnorm, "_SyncBatchNormFunction", function):
         return run()
 
 

@@ -7,13 +7,11 @@ A broken subject is the course's own code with one line changed (``_broken``: th
 put in place inside the ranks only, so that each test breaks exactly what the lesson shows.
 """
 
-import inspect
-import textwrap
-from contextlib import contextmanager
 
 import pytest
 import torch.distributed as dist
 
+from claims.broken import changed, replaced
 from dpedu import launch
 from dpedu.beyond import fsdp_step, zero_memory, zero_one
 
@@ -25,28 +23,6 @@ OWN_SLICE_ONLY = "flat = self._flat(self.params); flat[slice(*self.shard_range)]
 BROKEN_ZERO1 = {"sums": [(AVERAGE, "")], "skips the all-gather": [(ALL_GATHER, OWN_SLICE_ONLY)]}
 
 
-def _broken(obj, edits):
-    """``obj`` (a function or class) rebuilt from its source with each (old, new) edit, in its module's namespace."""
-    source = textwrap.dedent(inspect.getsource(obj))
-    for old, new in edits:
-        assert source.count(old) == 1, f"{old!r} is not in {obj.__qualname__} once: update this test to the code"
-        source = source.replace(old, new)
-    namespace = dict(vars(inspect.getmodule(obj)))
-    exec(compile(source, f"{obj.__qualname__}, broken", "exec"), namespace)
-    return namespace[obj.__name__]
-
-
-@contextmanager
-def _replaced(module, name, value):
-    """``module.name`` is ``value`` inside the block (inside a rank: the caller's process is untouched)."""
-    original = getattr(module, name)
-    setattr(module, name, value)
-    try:
-        yield
-    finally:
-        setattr(module, name, original)
-
-
 # a loss N times larger before the ranks' gradients are averaged: each rank steps by their sum
 SUMMED_LOSS = {zero_one.train_sgd: [("nn.functional.mse_loss(wrapped(x), y).backward()",
                                      "(nn.functional.mse_loss(wrapped(x), y) * dist.get_world_size()).backward()")],
@@ -55,7 +31,7 @@ SUMMED_LOSS = {zero_one.train_sgd: [("nn.functional.mse_loss(wrapped(x), y).back
 
 def _summing(fn):
     """``fn`` (``zero_one.train_sgd`` or ``fsdp_step.traced_step``) with the ranks' gradients summed, not averaged."""
-    return _broken(fn, SUMMED_LOSS[fn])
+    return changed(fn, *SUMMED_LOSS[fn])
 
 
 def _summing_ddp(module, **options):
@@ -76,11 +52,11 @@ def _two_ranks() -> dict:
     for kind in ("zero1 by hand", "zero1", "fsdp"):
         results[kind] = zero_one.train_sgd(kind, steps=STEPS)
     for name, edits in BROKEN_ZERO1.items():
-        with _replaced(zero_one, "Zero1Optimizer", _broken(zero_one.Zero1Optimizer, edits)):
+        with replaced(zero_one, "Zero1Optimizer", changed(zero_one.Zero1Optimizer, *edits)):
             results[f"zero1 by hand that {name}"] = zero_one.train_sgd("zero1 by hand", steps=STEPS)
             results[f"zero1 by hand that {name}, Adam"] = zero_one.train_zero_one(steps=STEPS)["params"]
     results["ddp, Adam"] = zero_memory.train("ddp", steps=STEPS)["params"]
-    with _replaced(zero_one, "DDP", _summing_ddp):
+    with replaced(zero_one, "DDP", _summing_ddp):
         results["zero1 over a summing DDP"] = zero_one.train_sgd("zero1", steps=STEPS)
     results["fsdp that sums"] = _summing(zero_one.train_sgd)("fsdp", steps=STEPS)
     for name, options in {"default": {}, "reshard_after_forward=False": {"reshard_after_forward": False},

@@ -7,15 +7,13 @@ A broken subject is the course's own code with one line changed (``_broken``: th
 put in place inside the ranks only, so that each test breaks exactly what the lesson shows.
 """
 
-import inspect
-import textwrap
-from contextlib import contextmanager
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from claims.broken import changed, replaced
 from dpedu import launch
 from dpedu.beyond import model_parallel, pipeline
 
@@ -25,34 +23,12 @@ IN_TURN = 'return [(what, i) for i in range(m) for what in "FB"]'  # F0 B0 F1 B1
 ALL_REDUCE = "    dist.all_reduce(tensor, group=group)\n"
 
 
-def _broken(obj, edits):
-    """``obj`` (a function) rebuilt from its source with each (old, new) edit, in its module's namespace."""
-    source = textwrap.dedent(inspect.getsource(obj))
-    for old, new in edits:
-        assert source.count(old) == 1, f"{old!r} is not in {obj.__qualname__} once: update this test to the code"
-        source = source.replace(old, new)
-    namespace = dict(vars(inspect.getmodule(obj)))
-    exec(compile(source, f"{obj.__qualname__}, broken", "exec"), namespace)
-    return namespace[obj.__name__]
-
-
-@contextmanager
-def _replaced(module, name, value):
-    """``module.name`` is ``value`` inside the block (inside a rank: the caller's process is untouched)."""
-    original = getattr(module, name)
-    setattr(module, name, value)
-    try:
-        yield
-    finally:
-        setattr(module, name, original)
-
-
 def _timed_in_turn(kind, work_s):
     """The notebook's timed_schedules, with a schedule that runs each micro-batch's forward and backward before
     the next micro-batch's forward: every stage waits for the whole pipeline, micro-batch after micro-batch."""
     stage = model_parallel.stage_of(model_parallel.blocks(), dist.get_world_size(), dist.get_rank())
     x, y = model_parallel.regression_data(32)
-    with _replaced(pipeline, "schedule", _broken(pipeline.schedule, [(GPIPE, IN_TURN)])):
+    with replaced(pipeline, "schedule", changed(pipeline.schedule, (GPIPE, IN_TURN))):
         return [pipeline.run_schedule(stage, kind, x, y, m, work_s)["timeline"] for m in MICRO_BATCHES]
 
 
@@ -71,7 +47,7 @@ def test_a_pipeline_whose_stages_take_turns_fails_the_bubble_checks(p):
 def _megatron_block(x, A, B, edits):
     """The notebook's megatron_block, over model_parallel._all_reduce changed by ``edits``."""
     r, n = dist.get_rank(), dist.get_world_size()
-    with _replaced(model_parallel, "_all_reduce", _broken(model_parallel._all_reduce, edits)):
+    with replaced(model_parallel, "_all_reduce", changed(model_parallel._all_reduce, *edits)):
         A_r, B_r = A.chunk(n, dim=1)[r].clone().requires_grad_(), B.chunk(n, dim=0)[r].clone().requires_grad_()
         x, all_reduces = x.clone().requires_grad_(), []
         y = model_parallel.megatron_mlp(x, A_r, B_r, log=all_reduces)

@@ -7,13 +7,11 @@ A broken hand loop is ``train_by_hand`` with one line changed (its source edited
 so that each test breaks exactly the loop the lesson shows.
 """
 
-import inspect
-import textwrap
 
 import pytest
 
+from claims.broken import changed
 from dpedu import launch
-from dpedu.frameworks import accelerate_loop
 from dpedu.frameworks.accelerate_loop import (
     Settings,
     one_all_reduce_per_update,
@@ -31,12 +29,7 @@ ALWAYS_SYNC = (SYNC_ON_LAST, "with nullcontext():")
 
 def _hand_loop_with(edit: tuple[str, str], settings: Settings):
     """Inside a rank: ``train_by_hand`` with ``edit`` (old, new) made to its source."""
-    source = textwrap.dedent(inspect.getsource(train_by_hand))
-    old, new = edit
-    assert source.count(old) == 1, f"{old!r} is not in train_by_hand once: update this test to the loop"
-    namespace = dict(vars(accelerate_loop))
-    exec(compile(source.replace(old, new), "train_by_hand, broken", "exec"), namespace)
-    return namespace["train_by_hand"](settings)
+    return changed(train_by_hand, edit)(settings)
 
 
 @pytest.fixture(scope="module")
