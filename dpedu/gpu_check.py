@@ -47,6 +47,7 @@ from dpedu.beyond.mixed_precision import train_digits
 from dpedu.data_parallel import digits_ddp
 from dpedu.data_parallel.equivalence import batchnorm_step, sync_batchnorm_on_this_machine
 from dpedu.data_parallel.nn_data_parallel import forward_on_gpus, replication_cost, wrap
+from dpedu.data_parallel.sync_batchnorm import largest_gap
 from dpedu.datasets import digits
 from dpedu.models import largest_difference, mlp
 from dpedu.runtime import gpus, start_methods
@@ -245,15 +246,7 @@ def check_sync_batchnorm() -> str:
     kind, ranks = sync_batchnorm_on_this_machine([3, 5])
     reference = batchnorm_step([3, 5], "plain")
     tolerance = 1e-4 if kind == "torch" else 1e-5  # lesson 08's: GPU kernels round differently
-
-    def largest_gap(key: str) -> float:  # lesson 08's comparison, relative to the reference's largest value
-        if key in ("output", "input grad"):  # each rank holds its own slice of the batch
-            gap = (torch.cat([r[key] for r in ranks]) - reference[key]).abs().max()
-        else:  # every rank holds all of it
-            gap = max((r[key] - reference[key]).abs().max() for r in ranks)
-        return (gap / reference[key].abs().max()).item()
-
-    worst = max(map(largest_gap, reference))
+    worst = max(largest_gap(ranks, reference, key) for key in reference)  # lesson 08's comparison
     where = "nn.SyncBatchNorm on 2 GPUs over nccl" if kind == "torch" else "dpedu.SyncBatchNorm on 2 CPU ranks"
     figure = f"{where} vs one process on the whole batch: max relative gap {worst:.1e} (tolerance {tolerance:g})"
     expect(worst < tolerance, figure)

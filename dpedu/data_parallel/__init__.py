@@ -9,7 +9,8 @@
 - ``compression``: DDP communication hooks that send fewer bytes (lesson 05).
 - ``profile_trace``: torch DDP's all-reduces and backward ops as ``torch.profiler`` sees them (lesson 05).
 - ``ddp_settings``: what DDP's settings do and cost: unused parameters, gradient views, bucket size (lesson 05).
-- ``compiled_ddp``: torch.compile under DDP: the order that compiles, a graph per bucket (lesson 05).
+- ``compiled_ddp``: torch.compile under DDP: the order that compiles, the graphs DDPOptimizer cuts, the buckets
+  DDP then sends (lesson 05).
 - ``sync_batchnorm``: BatchNorm over the global batch, written with all-reduce (lesson 08).
 - ``equivalence``: when N ranks equal one process with N times the batch, each condition breakable (lesson 08).
 """
