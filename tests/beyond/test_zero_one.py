@@ -43,6 +43,7 @@ def test_one_step_reduce_scatters_the_whole_gradient_and_all_gathers_the_shard_w
 
 
 def _sgd_and_a_missing_gradient() -> dict:
+    torch.manual_seed(0)  # the same model on every rank, however ranks start (spawned ones seed afresh)
     model = nn.Linear(3, 2)  # 8 parameters: on 3 ranks, padded to 9
     optimizer = Zero1Optimizer(model.parameters(), torch.optim.SGD, lr=1.0)
     before = [p.detach().clone() for p in model.parameters()]
