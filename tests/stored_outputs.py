@@ -31,7 +31,7 @@ def sanitize_patterns(path: Path = SANITIZE) -> list[tuple[re.Pattern, str]]:
     return [(re.compile(regex), replacement) for regex, replacement in get_sanitize_patterns(path.read_text())]
 
 
-def _ignored(cell: dict) -> bool:
+def ignored(cell: dict) -> bool:
     """nbval's own reading of a cell's ``# NBVAL_IGNORE_OUTPUT`` comment or ``nbval-ignore-output`` tag."""
     markers = [*find_comment_markers("".join(cell["source"])), *find_metadata_tags(cell.get("metadata", {}))]
     return ("check", False) in markers
@@ -64,7 +64,7 @@ def differences(stored: dict, executed: dict, limit: int = 600) -> list[str]:
     pairs = list(zip(stored.cells, executed.cells, strict=True))
     found = []
     for index, (old, new) in enumerate(pairs):
-        if old["cell_type"] != "code" or _ignored(old):
+        if old["cell_type"] != "code" or ignored(old):
             continue
         want, got = comparable(old["outputs"], patterns), comparable(new["outputs"], patterns)
         for key in sorted(want.keys() | got.keys()):
