@@ -6,8 +6,9 @@
 --busy-core: another program keeps one core busy (a Python loop at normal priority, as a browser tab or
   an indexer would) while the notebooks run one after the other under strict nbval; by default the
   lessons that assert times (TIMED_LESSONS). First it checks that machine_load sees that program: two
-  busy processes must get under 1.4x one's work while it runs (median of 3 readings; about 1.3 expected), or the gate
-  that excuses claims on busy machines would be judging blind.
+  busy processes must get under 1.5x one's work while it runs (the median of 3 readings; 4/3 in theory,
+  1.34x to 1.41x measured), the speed-up the lessons' claims need, or the gate that excuses claims on busy
+  machines would be judging blind.
 --class: several learners at once: each named lesson runs under strict nbval in a process of its own, all
   started together, as on a class server where learners run the same heavy cells at the same moment.
 Either way every run must pass: a timing claim that does not hold where the machine cannot show it prints
@@ -80,8 +81,8 @@ def report(name: str, process: subprocess.Popen, log: Path, seconds: float, reco
 
 
 def gate_sees_the_hog() -> bool:
-    """With the hog running: two busy processes must get under 1.4x one's work (the lessons' claims need 1.5x),
-    or machine_load could not tell a busy machine from an idle one."""
+    """With the hog running: two busy processes must get under 1.5x one's work, the speed-up the lessons' claims
+    need, or machine_load would judge claims on this busy machine as on an idle one."""
     if limit := machine_limit(2):
         print(f"the gate is not tested with the hog: {limit}", flush=True)
         return True
@@ -89,10 +90,10 @@ def gate_sees_the_hog() -> bool:
     measured = [r for r in readings if r is not None]
     shown = ", ".join("not measured" if r is None else f"{r:.2f}x" for r in readings)
     print(f"two busy processes beside the hog: {shown} (the lessons' claims need 1.5x)", flush=True)
-    sees = len(measured) >= 2 and statistics.median(measured) < 1.4
+    sees = len(measured) >= 2 and statistics.median(measured) < 1.5
     if not sees:
         print("FAILED: machine_load does not see a core kept busy by another program (two of three readings "
-              "must be measured, their median under 1.4x)", flush=True)
+              "must be measured, their median under 1.5x)", flush=True)
     return sees
 
 

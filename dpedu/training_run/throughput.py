@@ -138,8 +138,8 @@ def controlled_steps(compute_seconds: Sequence[float], elements: int, *, steps: 
 
 def oversubscription_slows(fitting_seconds: float, oversubscribed_seconds: float, *, at_least: float) -> bool:
     """Did the oversubscribed ranks take at least ``at_least`` times the fitting ranks' time for the same work?
-    Lesson 13 asserts 0.9 on any machine (oversubscribing never made it faster: the fastest of three runs
-    measured 2.1x to 39x on 2 cores, idle or with one core taken) and 1.5 where two cores were free."""
+    Lesson 13 asserts 0.9 on any machine (oversubscribing never made it faster: the median of three runs
+    measured 1.8x to 5x on 2 idle cores, more with one core taken) and 1.3 where two cores were free."""
     return oversubscribed_seconds >= at_least * fitting_seconds
 
 
