@@ -10,6 +10,7 @@ from unittest import mock
 import torch
 from torch.func import functional_call, grad, vmap
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.data import DistributedSampler
 
 from dpedu import launch
 from dpedu.scripts import train_addition
@@ -176,3 +177,29 @@ def test_an_all_reduce_timing_that_holds_the_partners_wait_fails_the_flatness_ch
     # the sound subject is a timing too: a burst of other work may bend one measurement, not three
     alone = [launch(alone_after_a_barrier, 2, args=(durations, elements), timeout=60)[0] for _ in range(3)]
     assert any(throughput.flat(times) for times in alone), alone
+
+
+def every_rank_reads_rank_0s_shard(argv: list[str]) -> dict | None:
+    """On each launched rank: the script's run with a sampler that deals every rank rank 0's examples."""
+    def rank_0s(data, *, num_replicas, rank, shuffle, seed):
+        return DistributedSampler(data, num_replicas=num_replicas, rank=0, shuffle=shuffle, seed=seed)
+
+    with mock.patch.object(train_addition, "DistributedSampler", rank_0s):
+        return run(argv)
+
+
+def test_ranks_that_read_the_same_shard_fail_the_agreement_with_one_process():
+    """Backs 13 cell 25: the first losses of 2 ranks agree with one process's within 1e-5 (the cell's check, on
+    a smaller run), and 2 ranks that each read rank 0's shard, so that the global batch holds half the examples
+    twice, do not."""
+    tiny = ["--width", "16", "--heads", "2", "--layers", "1", "--train-examples", "256", "--heldout-examples", "30",
+            "--steps", "12", "--warmup", "2", "--global-batch", "16"]
+    one = launch(run, 1, (tiny,), timeout=60)[0]["losses"]
+    two = launch(run, 2, (tiny,), timeout=60)[0]["losses"]
+    same_shard = launch(every_rank_reads_rank_0s_shard, 2, (tiny,), timeout=60)[0]["losses"]
+
+    def first_agree(a, b):  # cell 25's check
+        return max(abs(x - y) for x, y in zip(a, b, strict=True)) < 1e-5
+
+    assert first_agree(one, two)
+    assert not first_agree(one, same_shard)
