@@ -31,24 +31,21 @@ ORDER = ["failed", "checked", "checked under load", "not checked"]  # what a pas
 NONE_JUDGED = "(no claim judged in this cell)"
 
 
-def cells() -> dict[str, tuple[str, int]]:
-    """Each code cell of the lessons by its fingerprint: (notebook's lesson number or name, cell index)."""
-    found = {}
-    for path in sorted((busy_machine.ROOT / "notebooks").glob("*.ipynb")):
-        for index, cell in enumerate(json.loads(path.read_text())["cells"]):
-            if cell["cell_type"] == "code":
-                found[cell_fingerprint("".join(cell["source"]))] = (path.name.split("_")[0], index)
-    return found
+def code_cells() -> list[tuple[str, str, str]]:
+    """(lesson number or name, cell index, source) of every code cell of the lessons."""
+    return [(path.name.split("_")[0], str(index), "".join(cell["source"]))
+            for path in sorted((busy_machine.ROOT / "notebooks").glob("*.ipynb"))
+            for index, cell in enumerate(json.loads(path.read_text())["cells"]) if cell["cell_type"] == "code"]
+
+
+def cells() -> dict[str, tuple[str, str]]:
+    """Each code cell of the lessons by its fingerprint: (lesson, cell index)."""
+    return {cell_fingerprint(source): (lesson, index) for lesson, index, source in code_cells()}
 
 
 def expected_cells() -> set[tuple[str, str]]:
     """(lesson, cell index) of every lesson cell that judges a timing claim."""
-    found = set()
-    for path in sorted((busy_machine.ROOT / "notebooks").glob("*.ipynb")):
-        for index, cell in enumerate(json.loads(path.read_text())["cells"]):
-            if cell["cell_type"] == "code" and "timing_claim(" in "".join(cell["source"]):
-                found.add((path.name.split("_")[0], str(index)))
-    return found
+    return {(lesson, index) for lesson, index, source in code_cells() if "timing_claim(" in source}
 
 
 def read(record: Path) -> list[dict]:
@@ -62,7 +59,7 @@ def claims(entries: list[dict]) -> dict[tuple[str, str, str], dict[str, list[dic
     table: dict[tuple[str, str, str], dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for entry in entries:
         lesson, index = where.get(entry["cell"] or "", ("?", "?"))
-        table[(lesson, str(index), entry["claim"])][entry["pass"] or "-"].append(entry)
+        table[(lesson, index, entry["claim"])][entry["pass"] or "-"].append(entry)
     judged = {(lesson, index) for lesson, index, _ in table}
     for lesson, index in expected_cells() - judged:
         table[(lesson, index, NONE_JUDGED)] = defaultdict(list)
