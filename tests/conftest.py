@@ -17,7 +17,7 @@ import pytest
 import tf32
 import torch
 
-from dpedu.runtime import start_methods
+from dpedu.runtime import start_methods, warm_ranks
 from dpedu.runtime.failures import leftover_processes
 
 BROWSER_TEST = "test_run_all_in_jupyterlab_shows_no_error_and_explorers_redraw"
@@ -79,11 +79,14 @@ def tf32_override(monkeypatch, float32_settings_kept):
 
 @pytest.fixture
 def no_leftover_processes():
-    """After the test: no child process of this one, and (on Linux) nothing a launch left running."""
+    """After the test: no child process of this one but idle warm ranks, and (on Linux) nothing a launch left
+    running. Then the warm ranks are closed, so that the next test starts from none."""
     yield
-    assert mp.active_children() == []
+    assert [p for p in mp.active_children() if p.pid not in warm_ranks.idle_pids()] == []
     if Path("/proc").exists():
         assert leftover_processes() == []
+    warm_ranks.close()
+    assert mp.active_children() == []
 
 
 @pytest.fixture

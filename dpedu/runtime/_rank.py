@@ -89,7 +89,7 @@ def _capture_output(logdir: str, rank: int) -> None:
     sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
 
 
-def _die_with_parent(spec: RankSpec) -> None:
+def _die_with_parent(launcher_pid: int, child_of_launcher: bool) -> None:
     """Own a process group (so the launcher can stop our children too) and die if our parent dies.
 
     Under forkserver the parent is the server, which exits when the launcher does.
@@ -102,30 +102,45 @@ def _die_with_parent(spec: RankSpec) -> None:
 
         PR_SET_PDEATHSIG = 1
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if not _launcher_alive(spec):  # it died before prctl took effect
+    if not _launcher_alive(launcher_pid, child_of_launcher):  # it died before prctl took effect
         os._exit(1)
 
 
-def _launcher_alive(spec: RankSpec) -> bool:
-    if spec.child_of_launcher:  # reparented if it died
-        return os.getppid() == spec.launcher_pid
+def _launcher_alive(launcher_pid: int, child_of_launcher: bool) -> bool:
+    if child_of_launcher:  # reparented if it died
+        return os.getppid() == launcher_pid
     try:  # under forkserver our parent is the server: ask about the launcher itself
-        os.kill(spec.launcher_pid, 0)
+        os.kill(launcher_pid, 0)
     except ProcessLookupError:
         return False
     return True
 
 
+_stack_file: list[Any] = []  # the file the stack goes to: open while this launch runs here
+
+
 def _dump_stack_on_request(spec: RankSpec) -> None:
     """On SIGUSR1, write every thread's Python stack to a file: launch asks before stopping a stuck rank."""
     if hasattr(signal, "SIGUSR1"):
-        stacks = open(Path(spec.logdir, f"rank{spec.rank}.stack"), "w")  # open as long as the rank lives
+        stacks = open(Path(spec.logdir, f"rank{spec.rank}.stack"), "w")
         faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
+        for previous in _stack_file:  # a warm rank's, from its last launch
+            previous.close()
+        _stack_file[:] = [stacks]
 
 
 def run_rank(spec: RankSpec, payload: bytes, report: Any) -> None:
     """Entry point of a rank process: set up, run ``fn(*args)``, send the outcome, tear down."""
-    _die_with_parent(spec)
+    _die_with_parent(spec.launcher_pid, spec.child_of_launcher)
+    run_work(spec, payload, report)
+    report.close()
+    # End as a forked child always ends, without interpreter shutdown: threads a library left running
+    # can abort the process there, after it has reported (see the note in dpedu/data_parallel/digits_ddp.py).
+    os._exit(0)
+
+
+def run_work(spec: RankSpec, payload: bytes, report: Any) -> bool:
+    """Run one launch's work as rank ``spec.rank``: True if ``fn`` returned and the group was torn down."""
     _capture_output(spec.logdir, spec.rank)
     _dump_stack_on_request(spec)
     os.environ.clear()  # the launcher's environment of this moment, whatever process forked us
@@ -133,6 +148,7 @@ def run_rank(spec: RankSpec, payload: bytes, report: Any) -> None:
     os.environ.update(RANK=str(spec.rank), LOCAL_RANK=str(spec.rank), GROUP_RANK="0",
                       LOCAL_WORLD_SIZE=str(spec.world_size), OMP_NUM_THREADS=str(spec.threads))
     torch.set_num_threads(spec.threads)
+    succeeded = False
     try:
         fn, args = cloudpickle.loads(payload)
         backend = spec.backend
@@ -149,26 +165,24 @@ def run_rank(spec: RankSpec, payload: bytes, report: Any) -> None:
             if "EADDRINUSE" not in str(exc):
                 raise
             _report(report, cloudpickle.dumps((PORT_TAKEN, None)))  # launch tries again on another port
-            os._exit(0)
+            return False
         report.send_bytes(cloudpickle.dumps((STARTED, None)))  # launch's timeout counts from here
         result = fn(*args)
         try:
             message = cloudpickle.dumps(("ok", result))
         except Exception as exc:
             raise TypeError(f"the result of rank {spec.rank} cannot be sent back (not picklable): {exc}") from None
+        succeeded = True
     except BaseException as exc:  # noqa: BLE001 - every failure, KeyboardInterrupt too, goes to the parent
         # The time lets the parent tell the first failure from the ones it caused in other ranks.
         message = cloudpickle.dumps(("error", (f"{type(exc).__name__}: {exc}", traceback.format_exc(), time.time())))
     _report(report, message)  # before tearing down, so a failure is reported before peers notice it
     if dist.is_initialized():
         dist.destroy_process_group()
-    # End as a forked child always ends, without interpreter shutdown: threads a library left running
-    # can abort the process there, after it has reported (see the note in dpedu/data_parallel/digits_ddp.py).
-    os._exit(0)
+    return succeeded
 
 
 def _report(report: Any, message: bytes) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     report.send_bytes(message)
-    report.close()

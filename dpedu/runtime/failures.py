@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from dpedu.runtime import warm_ranks
 from dpedu.runtime.processes import has_exited, live_processes, signal_group
 
 
@@ -114,8 +115,8 @@ def where_stuck(processes: list[BaseProcess], ranks: list[int], logdir: str) -> 
 def _where(stack_file: Path) -> str:
     """Where a rank's main thread was, from its dump: e.g. "in barrier, called at train line 3"."""
     text = stack_file.read_text(errors="replace") if stack_file.exists() else ""
-    main = next((block for block in text.split("\n\n") if " in run_rank" in block), "")
-    frames = re.findall(r'File "(.*)", line (\d+) in (\S+)', main.split(" in run_rank")[0])  # innermost first
+    main = next((block for block in text.split("\n\n") if " in run_work" in block), "")
+    frames = re.findall(r'File "(.*)", line (\d+) in (\S+)', main.split(" in run_work")[0])  # innermost first
     if not frames:
         return "still starting (no Python stack yet)"
     dpedu_package = os.path.dirname(os.path.dirname(__file__))  # the lesson's own call, not dpedu's inside
@@ -137,14 +138,16 @@ def leftover_processes(pid: int | None = None) -> list[int]:
     """Live processes started by ``pid`` (default: this one), and by those, at any depth.
 
     After any launch, whatever happened, there should be none: multiprocessing's resource tracker
-    and forkserver are left out (one each per kernel, by design), not what a forkserver starts.
+    and forkserver are left out (one each per kernel, by design), not what a forkserver starts, and so
+    are this process's idle warm ranks (``dpedu.runtime.warm_ranks``), not what they start.
     Reads /proc (Linux); elsewhere only direct children are seen (``multiprocessing.active_children``).
     """
     root = os.getpid() if pid is None else pid
+    kept = warm_ranks.idle_pids() if root == os.getpid() else set()
     if not Path("/proc").exists():
         import multiprocessing
 
-        return [p.pid for p in multiprocessing.active_children()] if root == os.getpid() else []
+        return [p.pid for p in multiprocessing.active_children() if p.pid not in kept] if root == os.getpid() else []
     table = []
     for process in live_processes():
         with suppress(OSError):  # gone meanwhile
@@ -152,7 +155,7 @@ def leftover_processes(pid: int | None = None) -> list[int]:
     found, parents = [], {root}
     while parents:
         children = [(p, command) for p, parent, command in table if parent in parents]
-        found += [p for p, command in children if not any(helper in command for helper in _HELPERS)]
+        found += [p for p, command in children if not any(helper in command for helper in _HELPERS) and p not in kept]
         parents = {p for p, _ in children}
     return found
 

@@ -10,11 +10,14 @@ what a plain ``mp.spawn`` gives, ``launch`` guarantees what a classroom needs:
 - no rank, and no process a rank started, outlives the call, whatever happens (error, timeout,
   Ctrl-C / kernel interrupt, a second Ctrl-C during the clean-up), under every start method. Only
   multiprocessing's own helpers stay, one of each per kernel: its resource tracker, and the
-  forkserver where ranks start from one.
+  forkserver where ranks start from one; and under spawn, the ranks of a launch that went well, idle,
+  kept warm for the next launch (:mod:`dpedu.runtime.warm_ranks`: reused only when nothing of the
+  launch runs on in them; stopped when the kernel ends, after ten idle minutes, or at ``close()``).
 
 The child side (what runs inside each rank) lives in :mod:`dpedu.runtime._rank`; how ranks are started
-(fork, forkserver, spawn) in :mod:`dpedu.runtime.start_methods`; how failures and hangs are told apart and
-explained in :mod:`dpedu.runtime.failures`.
+(fork, forkserver, spawn) in :mod:`dpedu.runtime.start_methods`; how spawned ranks are kept for the next
+launch in :mod:`dpedu.runtime.warm_ranks`; how failures and hangs are told apart and explained in
+:mod:`dpedu.runtime.failures`.
 
 Used in lessons 00, 03 to 05 and 08 to 12 (and by ``./course check-gpu``).
 """
@@ -30,12 +33,13 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
+from pathlib import Path
 from typing import Any
 
 import cloudpickle
 
 from dpedu._validate import real, whole
-from dpedu.runtime import _rank, start_methods
+from dpedu.runtime import _rank, start_methods, warm_ranks
 from dpedu.runtime.failures import LaunchTimeoutError, died, first_failure, where_stuck
 from dpedu.runtime.processes import Supervisor, stop_and_reap
 from dpedu.runtime.rendezvous import free_port, on_loopback
@@ -116,9 +120,10 @@ def launch(
     and ``LaunchTimeoutError`` (saying where each unfinished rank was) when ranks are still running
     ``timeout`` seconds after every rank has started, or have not started within ``START_UP_LIMIT``
     seconds (starting is importing torch and joining the process group: milliseconds when forked,
-    seconds under spawn, and not the function's fault). In every case, Ctrl-C included, all child
-    processes are stopped and reaped before this returns, within a few seconds. Seed inside ``fn``:
-    ranks that are not forked from the caller do not inherit its random state.
+    seconds at a first launch under spawn, and not the function's fault). In every case, Ctrl-C included,
+    all child processes are stopped and reaped before this returns, within a few seconds, but for the
+    idle warm ranks a spawned launch that went well leaves for the next one. Seed inside ``fn``: ranks
+    that are not forked from the caller do not inherit its random state.
     """
     payload = _check_arguments(fn, world_size, args, timeout, backend, threads_per_rank, stream)
     backend = _default_backend(backend, world_size)
@@ -144,28 +149,42 @@ def _run(payload: bytes, world_size: int, backend: str, method: str, timeout: fl
     env = {**on_loopback(), **os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
            "WORLD_SIZE": str(world_size)}
     processes: list[BaseProcess] = []
+    warm: list[warm_ranks.WarmRank] = []  # the ranks of this launch, when they are reused ones
     with tempfile.TemporaryDirectory(prefix="dpedu-launch-") as logdir:
         outputs = [_rank.RankOutput(logdir, r) for r in range(world_size)]
 
         def stop(succeeded: bool) -> None:  # success: let the ranks tear down their groups; else stop all now
-            stop_and_reap(processes, exit_grace=5.0 if succeeded else 0.0)
+            if warm and succeeded:  # warm ranks that can be reused stay, idle; the others end as below
+                stop_and_reap(warm_ranks.put_back(warm), exit_grace=5.0)
+            else:
+                stop_and_reap([rank.process for rank in warm] + processes, exit_grace=5.0 if succeeded else 0.0)
             _rank.show_outputs(outputs, final=True)
 
         with Supervisor(stop) as supervisor:
             readers = []
-            for r in range(world_size):
-                reader, writer = ctx.Pipe(duplex=False)
-                spec = _rank.RankSpec(r, world_size, backend, timeout, threads, env, logdir, os.getpid(),
+
+            def spec(r: int) -> _rank.RankSpec:
+                return _rank.RankSpec(r, world_size, backend, timeout, threads, env, logdir, os.getpid(),
                                       child_of_launcher=method != "forkserver")
+
+            if warm_ranks.reused(method, backend):
+                warm_ranks.take(ctx, world_size, warm)
+                payload_path = Path(logdir, "payload")
+                payload_path.write_bytes(payload)
+                for r, rank in enumerate(warm):
+                    warm_ranks.send_work(rank, spec(r), payload_path)
+                readers = [rank.connection for rank in warm]
+            for r in range(len(warm), world_size):
+                reader, writer = ctx.Pipe(duplex=False)
                 # not daemonic: a rank may start processes of its own (DataLoader workers, Hogwild)
-                p = ctx.Process(target=_rank.run_rank, args=(spec, payload, writer), name=f"dpedu-rank-{r}")
+                p = ctx.Process(target=_rank.run_rank, args=(spec(r), payload, writer), name=f"dpedu-rank-{r}")
                 with warnings.catch_warnings():  # Python 3.12+ frowns on forking a threaded kernel;
                     warnings.simplefilter("ignore", DeprecationWarning)  # the child never uses them
                     p.start()
                 writer.close()
                 processes.append(p)
                 readers.append(reader)
-            ranks = _Ranks(processes, readers, outputs, stream, logdir)
+            ranks = _Ranks([rank.process for rank in warm] + processes, readers, outputs, stream, logdir)
             # Two deadlines: START_UP_LIMIT until every rank has said it started, then ``timeout``, so that a
             # slow start (spawn, a cold forkserver, a loaded machine) never eats into the function's own time.
             supervisor.wait(ranks.all_started, START_UP_LIMIT, partial(ranks.timed_out, START_UP_LIMIT, starting=True),
@@ -217,7 +236,7 @@ class _Ranks:
             rank = self.pending[reader]
             try:
                 status, value = pickle.loads(reader.recv_bytes())
-            except EOFError:  # the pipe closed with no report: the rank died
+            except (EOFError, ConnectionResetError):  # the pipe closed with no report: the rank died
                 raise died(self.processes[rank], rank) from None
             if status == _rank.STARTED:
                 self.started.add(rank)

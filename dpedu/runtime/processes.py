@@ -39,6 +39,7 @@ class LiveProcess:
 
     pid: int
     parent: int
+    group: int  # its process group: a rank's own, and every process the rank started
     session: int
     name: str  # the command's name, cut to 15 characters by the kernel
 
@@ -56,9 +57,9 @@ def live_processes() -> list[LiveProcess]:
             continue
         # "pid (name) state parent group session ...": the name may itself hold spaces and parentheses
         name, rest = stat.split("(", 1)[1].rsplit(")", 1)
-        state, parent, _, session = rest.split()[:4]
+        state, parent, group, session = rest.split()[:4]
         if state != "Z":
-            found.append(LiveProcess(int(entry.name), int(parent), int(session), name))
+            found.append(LiveProcess(int(entry.name), int(parent), int(group), int(session), name))
     return found
 
 
