@@ -8,9 +8,10 @@ doing ``--work`` after the barrier: nothing (default), one all-reduce, or wrappi
 and taking one step (``ddp``, what a lesson's cell does; classroom.py's step). The first
 launch of each method is timed apart ("first"), since a forkserver pays for importing torch once,
 in that launch; the medians are over the launches after it.
-Targets (COURSE.md): 2 ranks ready in <= 1 s on Linux by fork; on the fallback path (forkserver),
-every launch after the first <= 0.3 s for 2 ranks; with ``--work ddp``, every launch after the first
-<= 0.15 s (issue 31; spawn cannot: each spawned rank imports torch afresh).
+Targets (COURSE.md): 2 ranks ready in <= 1 s on Linux by fork; on the fallback paths (forkserver, and spawn,
+whose ranks are kept warm between launches: dpedu/runtime/warm_ranks.py), every launch after the first
+<= 0.3 s for 2 ranks; with ``--work ddp``, every launch after the first <= 0.15 s. ``DPEDU_WARM_RANKS=0``
+measures spawn without warm ranks, each rank importing torch afresh.
 """
 
 import argparse
