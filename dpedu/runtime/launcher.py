@@ -12,7 +12,7 @@ what a plain ``mp.spawn`` gives, ``launch`` guarantees what a classroom needs:
   multiprocessing's own helpers stay, one of each per kernel: its resource tracker, and the
   forkserver where ranks start from one; and under spawn, the ranks of a launch that went well, idle,
   kept warm for the next launch (:mod:`dpedu.runtime.warm_ranks`: reused only when nothing of the
-  launch runs on in them; stopped when the kernel ends, after ten idle minutes, or at ``close()``).
+  launch runs on in them; stopped when the kernel ends, ten minutes after its last launch, or at ``close()``).
 
 The child side (what runs inside each rank) lives in :mod:`dpedu.runtime._rank`; how ranks are started
 (fork, forkserver, spawn) in :mod:`dpedu.runtime.start_methods`; how spawned ranks are kept for the next
@@ -54,7 +54,11 @@ START_UP_LIMIT = 120.0
 _said_why: set[str] = set()
 
 
-class _PortTaken(Exception):
+class _StartAgain(Exception):
+    """No rank's function ran, and the launch can start again: a kept rank had died while idle."""
+
+
+class _PortTaken(_StartAgain):
     """Rank 0 could not listen on the chosen port: another program took it first."""
 
 
@@ -134,9 +138,10 @@ def launch(
     for _ in range(_PORT_TRIES):
         try:
             return _run(payload, world_size, backend, method, timeout, threads_per_rank, stream)
-        except _PortTaken:
+        except _StartAgain:
             continue  # every rank was stopped; start them again on another port
-    raise RuntimeError(f"the rendezvous port was taken by another program {_PORT_TRIES} times in a row")
+    raise RuntimeError(f"the ranks could not start {_PORT_TRIES} times in a row: the rendezvous port was taken by "
+                       "another program, or a rank kept from an earlier launch had died")
 
 
 def _run(payload: bytes, world_size: int, backend: str, method: str, timeout: float, threads: int,
@@ -184,7 +189,8 @@ def _run(payload: bytes, world_size: int, backend: str, method: str, timeout: fl
                 writer.close()
                 processes.append(p)
                 readers.append(reader)
-            ranks = _Ranks([rank.process for rank in warm] + processes, readers, outputs, stream, logdir)
+            ranks = _Ranks([rank.process for rank in warm] + processes, readers, outputs, stream, logdir,
+                           kept={r for r, rank in enumerate(warm) if rank.idle_since})
             # Two deadlines: START_UP_LIMIT until every rank has said it started, then ``timeout``, so that a
             # slow start (spawn, a cold forkserver, a loaded machine) never eats into the function's own time.
             supervisor.wait(ranks.all_started, START_UP_LIMIT, partial(ranks.timed_out, START_UP_LIMIT, starting=True),
@@ -198,8 +204,9 @@ class _Ranks:
     a silent death or a port taken."""
 
     def __init__(self, processes: list[BaseProcess], readers: list[Connection], outputs: list[_rank.RankOutput],
-                 stream: bool, logdir: str) -> None:
+                 stream: bool, logdir: str, kept: set[int]) -> None:
         self.processes, self.readers, self.outputs, self.logdir = processes, readers, outputs, logdir
+        self.kept = kept  # the ranks that served an earlier launch (warm_ranks)
         self.stream = stream  # show output as it arrives
         self.results: list[Any] = [None] * len(processes)
         self.pending = {reader: rank for rank, reader in enumerate(readers)}
@@ -237,7 +244,7 @@ class _Ranks:
             try:
                 status, value = pickle.loads(reader.recv_bytes())
             except (EOFError, ConnectionResetError):  # the pipe closed with no report: the rank died
-                raise died(self.processes[rank], rank) from None
+                raise self._died(rank) from None
             if status == _rank.STARTED:
                 self.started.add(rank)
                 continue
@@ -260,7 +267,12 @@ class _Ranks:
         for sentinel in ready:
             rank = self.sentinels.get(sentinel)
             if rank in self.pending.values() and not self.readers[rank].poll():
-                raise died(self.processes[rank], rank)  # (poll: a report sent just before exiting is read)
+                raise self._died(rank)  # (poll: a report sent just before exiting is read)
+
+    def _died(self, rank: int) -> Exception:
+        if rank in self.kept and rank not in self.started:  # killed while idle: no function ran anywhere yet
+            return _StartAgain()
+        return died(self.processes[rank], rank)
 
 
 def _reports_sent(pending: dict) -> dict[int, tuple[str, Any]]:

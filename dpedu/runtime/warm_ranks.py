@@ -4,29 +4,36 @@ A spawned rank is a fresh interpreter: it spends one to four seconds importing t
 process group, at every launch. Forked ranks copy the kernel and skip that; a forkserver's ranks copy a server
 that has imported it. Spawn has nothing to copy, so ``dpedu.launch`` keeps what it paid for: the ranks of a
 spawned launch that ended well stay alive, idle, torch imported, and take the next launch's work. Each joins a
-fresh process group on a fresh port, with the environment of that moment, as a new rank would.
+fresh process group on a fresh port, with the environment, working directory and ``sys.path`` of that moment,
+as a new rank would.
 
-A reused process is not a new one: whatever a launch changes in it that outlives the process group is
-there for the next launch. So a rank is reused only where that is known not to matter:
+A reused process is not a new one: whatever a launch changes in it that outlives the process group is there
+for the next launch. So a rank is reused only where that is known not to matter:
 
-- the environment is the one it started with (the rendezvous variables apart): libraries read some
-  variables once per process (TORCH_DISTRIBUTED_DEBUG, oneDNN's and OpenMP's), so after a cell changes
-  ``os.environ`` the next launch starts new ranks;
+- the environment is the one it started with (the rendezvous variables apart): libraries read some variables
+  once per process (TORCH_DISTRIBUTED_DEBUG, oneDNN's and OpenMP's), so after a cell changes ``os.environ``
+  the next launch starts new ranks; and so it does after a source file a rank imported (a lesson's, dpedu's,
+  the learner's own module) has changed;
 - the launch left nothing running in it: no thread but its own, and no process in its process group
   (DataLoader workers, a command it ran). Otherwise it is stopped, with all it started;
 - the launch used nothing known to keep state per process: distributed checkpoints (their save plans are
   cached), accelerate (one AcceleratorState per process), a changed debug level of torch.distributed;
-- and what a function may change and a new process would not have is put back before each launch: working
-  directory, random generators (torch, Python, NumPy), default dtype, grad mode, deterministic
-  algorithms, float32 matmul precision, torch.compile's caches.
-Running every lesson under spawn with reuse (CI's pass 3) checks that their outputs are those of new ranks.
-- after a failure, a timeout or Ctrl-C, every rank of that launch is stopped and reaped, as without reuse;
-- an idle rank is stopped after ``IDLE_LIMIT`` s without work (by the launcher: a rank that ended itself
-  could do so just as a launch sends it work), when the kernel exits (at exit; on Linux, and by its pipe
-  closing elsewhere, even when the kernel is killed), and at ``close()``.
+- and before each launch, what a function may have changed is set as a new process has it: the random
+  generators seeded afresh (torch, Python, NumPy), default dtype and device, grad and anomaly modes,
+  deterministic algorithms, float32 matmul precision, print options, warning filters, the root logger, signal
+  handlers, torch.compile's caches and settings.
+A launch that called ``torch.set_num_interop_threads``, which torch takes once per process, is not reused
+either. What is not put back (a C++ warning shown once per process) differs from a new rank;
+``DPEDU_WARM_RANKS=0`` turns reuse off, every spawned launch starting new ranks. CI's pass 3 runs every
+lesson under spawn with reuse and compares its outputs with the stored ones.
 
-Reused only under spawn with gloo: a forkserver already starts ranks in tenths of a second, and a nccl rank
-holds a GPU's memory. ``DPEDU_WARM_RANKS=0`` turns reuse off (every spawned launch starts new ranks).
+After a failure, a timeout or Ctrl-C, every rank of that launch is stopped and reaped, as without reuse.
+The idle ranks are stopped ``IDLE_LIMIT`` s after the kernel's last launch (by the launcher: a rank that ended
+itself could do so just as a launch sends it work), when the kernel exits (at exit; on Linux, and by its pipe
+closing elsewhere, even when the kernel is killed), and at ``close()``.
+
+Reused only under spawn with gloo, from the main thread: a forkserver already starts ranks in tenths of a
+second, a nccl rank holds a GPU's memory, and on Linux a rank dies with the thread that started it.
 
 Used by ``dpedu.launch`` (lessons 00, 03 to 05, 08 to 12) wherever ranks are spawned.
 """
@@ -35,15 +42,18 @@ from __future__ import annotations
 
 import atexit
 import importlib
+import logging
 import multiprocessing
 import os
 import pickle
 import random
+import signal
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
@@ -64,6 +74,7 @@ _SETTLE_LIMIT = 5.0  # seconds a rank may take to leave its process group and sa
 _idle: list[WarmRank] = []
 _lock = threading.Lock()  # launches from two threads never take the same rank
 _close_at_exit = False
+_expiry: threading.Timer | None = None
 
 
 # Modules whose use leaves state in the process that a later launch would see: a rank that has one loaded is
@@ -79,6 +90,19 @@ class WarmRank:
     connection: Connection  # jobs go in; "started", the outcome and "ready" come back
     environment: dict[str, str]  # the launcher's, when this rank was started
     idle_since: float = 0.0  # time.monotonic() when it was last put back
+    sources: dict[str, int] = field(default_factory=dict)  # files of modules it imported: modification times
+
+    def still_fresh(self, environment: dict[str, str]) -> bool:
+        """Alive, started with ``environment``, and no source file it imported changed since."""
+        return (not has_exited(self.process) and self.environment == environment
+                and all(_modified(path) == modified for path, modified in self.sources.items()))
+
+
+def _modified(path: str) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None
 
 
 def _environment() -> dict[str, str]:
@@ -86,8 +110,9 @@ def _environment() -> dict[str, str]:
 
 
 def reused(method: str, backend: str) -> bool:
-    """Whether a launch with this start method and backend runs on warm ranks."""
-    return method == "spawn" and backend == "gloo" and os.environ.get("DPEDU_WARM_RANKS", "1") != "0"
+    """Whether a launch with this start method and backend, from this thread, runs on warm ranks."""
+    return (method == "spawn" and backend == "gloo" and os.environ.get("DPEDU_WARM_RANKS", "1") != "0"
+            and threading.current_thread() is threading.main_thread())
 
 
 def take(ctx: BaseContext, count: int, taken: list[WarmRank]) -> None:
@@ -95,8 +120,8 @@ def take(ctx: BaseContext, count: int, taken: list[WarmRank]) -> None:
     that the caller stops it whatever happens next). A new one is still importing torch when this returns."""
     global _close_at_exit
     environment = _environment()
-    with _lock:  # not reused: one killed while idle, or one started with another environment
-        ended = [rank for rank in _idle if has_exited(rank.process) or rank.environment != environment]
+    with _lock:
+        ended = [rank for rank in _idle if not rank.still_fresh(environment)]
         alive = [rank for rank in _idle if rank not in ended]
         taken += alive[:count]
         _idle[:] = alive[count:]
@@ -113,10 +138,11 @@ def take(ctx: BaseContext, count: int, taken: list[WarmRank]) -> None:
 
 
 def send_work(rank: WarmRank, spec: _rank.RankSpec, payload_path: Path) -> None:
-    """Give ``rank`` a launch's work. The payload goes through a file: a large one written to the pipe
-    would block this process until a new rank, still importing torch, reads it."""
+    """Give ``rank`` a launch's work, with this process's working directory and ``sys.path`` (what spawn gives a
+    new rank). The payload goes through a file: a large one written to the pipe would block this process until
+    a new rank, still importing torch, reads it."""
     try:
-        rank.connection.send_bytes(pickle.dumps((spec, str(payload_path))))
+        rank.connection.send_bytes(pickle.dumps((spec, str(payload_path), os.getcwd(), sys.path)))
     except OSError:  # it died while idle (killed): launch reads no report from it and says so
         pass
 
@@ -127,10 +153,11 @@ def put_back(ranks: list[WarmRank]) -> list[BaseProcess]:
     unusable = []
     for rank in ranks:
         try:
-            said = rank.connection.poll(_SETTLE_LIMIT) and pickle.loads(rank.connection.recv_bytes())
-            reusable = said == (READY, True)
+            status, reusable, rank.sources = (pickle.loads(rank.connection.recv_bytes())
+                                              if rank.connection.poll(_SETTLE_LIMIT) else (None, False, {}))
         except (EOFError, OSError):
-            reusable = False
+            status, reusable = None, False
+        reusable = status == READY and reusable
         if not reusable:
             unusable.append(rank.process)
     now = time.monotonic()
@@ -139,9 +166,12 @@ def put_back(ranks: list[WarmRank]) -> list[BaseProcess]:
             if rank.process not in unusable:
                 rank.idle_since = now
                 _idle.append(rank)
-    expiry = threading.Timer(IDLE_LIMIT, _stop_expired)
-    expiry.daemon = True
-    expiry.start()
+    global _expiry
+    if _expiry is not None:  # one timer, for the latest launch: the ranks all go IDLE_LIMIT s after it
+        _expiry.cancel()
+    _expiry = threading.Timer(IDLE_LIMIT, _stop_expired)
+    _expiry.daemon = True
+    _expiry.start()
     return unusable
 
 
@@ -152,7 +182,7 @@ def idle_pids() -> set[int]:
 
 
 def _stop_expired() -> None:
-    """Stop the ranks idle for ``IDLE_LIMIT`` s or more (a timer's thread, ``IDLE_LIMIT`` s after each put_back)."""
+    """Stop the ranks idle for ``IDLE_LIMIT`` s or more (a timer's thread, ``IDLE_LIMIT`` s after the last put_back)."""
     with _lock:
         expired = [rank for rank in _idle if time.monotonic() - rank.idle_since >= IDLE_LIMIT - 0.01]
         _idle[:] = [rank for rank in _idle if rank not in expired]
@@ -178,47 +208,100 @@ def serve(launcher_pid: int, connection: Connection) -> None:
     for module in start_methods.PRELOAD:  # before any process group exists (see start_methods.PRELOAD)
         importlib.import_module(module)
     fresh = _FreshState()
+    _count_calls_of_once_only_settings()
     while True:
         try:
-            spec, payload_path = pickle.loads(connection.recv_bytes())
+            spec, payload_path, directory, path = pickle.loads(connection.recv_bytes())
         except EOFError:  # the launcher has gone
             break
         fresh.restore()
+        os.chdir(directory)
+        sys.path[:] = path
         reusable = (_rank.run_work(spec, Path(payload_path).read_bytes(), connection) and _nothing_left_running()
                     and not any(module in sys.modules for module in STATEFUL_MODULES)
-                    and dist.get_debug_level() == fresh.debug_level)
-        connection.send_bytes(pickle.dumps((READY, reusable)))
+                    and dist.get_debug_level() == fresh.debug_level and not _once_only_settings_made)
+        connection.send_bytes(pickle.dumps((READY, reusable, _sources())))
         if not reusable:
             break
     connection.close()
     os._exit(0)  # as _rank.run_rank ends, without interpreter shutdown
 
 
+_once_only_settings_made: list[str] = []
+
+
+def _count_calls_of_once_only_settings() -> None:
+    """torch takes ``set_num_interop_threads`` once per process: a rank whose launch called it is not reused,
+    so that the next launch, calling it again, does not fail where a new rank would not."""
+    original = torch.set_num_interop_threads
+
+    def set_num_interop_threads(threads: int) -> None:
+        _once_only_settings_made.append("set_num_interop_threads")
+        original(threads)
+
+    torch.set_num_interop_threads = set_num_interop_threads
+
+
 class _FreshState:
-    """What a launch's function may change in its process and the next launch must not see."""
+    """What a launch's function may change in its process, as a new process has it."""
+
+    _SIGNALS = [getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGALRM", "SIGUSR2")
+                if hasattr(signal, name)]
 
     def __init__(self) -> None:
-        self.cwd = os.getcwd()
-        self.torch_random = torch.get_rng_state()
-        self.python_random = random.getstate()
-        self.numpy_random = sys.modules["numpy"].random.get_state() if "numpy" in sys.modules else None
         self.dtype = torch.get_default_dtype()
         self.deterministic = (torch.are_deterministic_algorithms_enabled(),
                               torch.is_deterministic_algorithms_warn_only_enabled())
         self.matmul_precision = torch.get_float32_matmul_precision()
         self.debug_level = dist.get_debug_level()  # read from the environment as torch.distributed was imported
+        self.warning_filters = list(warnings.filters)
+        self.root_logger = (logging.root.level, list(logging.root.handlers))
+        self.handlers = {number: signal.getsignal(number) for number in self._SIGNALS}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            self.compile_settings = sys.modules["torch._dynamo"].config.get_config_copy()  # imported in serve
+        self.numpy_print = sys.modules["numpy"].get_printoptions() if "numpy" in sys.modules else None
 
     def restore(self) -> None:
-        os.chdir(self.cwd)
-        torch.set_rng_state(self.torch_random)
-        random.setstate(self.python_random)
-        if self.numpy_random is not None:
-            sys.modules["numpy"].random.set_state(self.numpy_random)
+        torch.seed()  # a new process seeds its generators afresh: so does each launch here
+        random.seed()
+        if "numpy" in sys.modules:
+            sys.modules["numpy"].random.seed()
+            if self.numpy_print is not None:
+                sys.modules["numpy"].set_printoptions(**self.numpy_print)
         torch.set_default_dtype(self.dtype)
+        torch.set_default_device(None)
         torch.set_grad_enabled(True)
+        torch.autograd.set_detect_anomaly(False)
         torch.use_deterministic_algorithms(self.deterministic[0], warn_only=self.deterministic[1])
         torch.set_float32_matmul_precision(self.matmul_precision)
-        sys.modules["torch._dynamo"].reset()  # compiled graphs of the last launch (imported in serve, not here)
+        torch.set_printoptions(profile="default")
+        warnings.filters[:] = self.warning_filters
+        if hasattr(warnings, "_filters_mutated"):  # forget which warnings were shown once already
+            warnings._filters_mutated()
+        logging.root.setLevel(self.root_logger[0])
+        logging.root.handlers[:] = self.root_logger[1]
+        if hasattr(signal, "alarm"):
+            signal.alarm(0)
+        for number, handler in self.handlers.items():
+            signal.signal(number, handler)
+        dynamo = sys.modules["torch._dynamo"]
+        dynamo.reset()  # compiled graphs of the last launch
+        dynamo.utils.counters.clear()  # and what they counted
+        with warnings.catch_warnings():  # reading or setting a deprecated setting warns
+            warnings.simplefilter("ignore", FutureWarning)
+            for name, value in self.compile_settings.items():
+                if getattr(dynamo.config, name) != value:
+                    setattr(dynamo.config, name, value)
+
+
+def _sources() -> dict[str, int]:
+    """The files of the modules imported here from outside Python's and the environment's own installation
+    (a lesson's, dpedu's, the learner's), with their modification times."""
+    installed = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
+    files = {getattr(module, "__file__", None) for module in list(sys.modules.values())}
+    return {path: modified for path in files if path and not path.startswith(installed)
+            and (modified := _modified(path)) is not None}
 
 
 def _nothing_left_running() -> bool:
@@ -229,9 +312,12 @@ def _nothing_left_running() -> bool:
     me = os.getpid()
     if Path("/proc").exists():
         return all(process.pid == me for process in live_processes() if process.group == me)
-    try:  # macOS: pgrep lists the group's members, not itself
-        listed = subprocess.run(["pgrep", "-g", str(me)], capture_output=True, text=True, timeout=10).stdout.split()
+    try:  # macOS: ps, which is in this group too while it runs (pgrep would leave out its parent, this rank)
+        ps = subprocess.Popen(["ps", "-A", "-o", "pid=", "-o", "pgid=", "-o", "stat="], stdout=subprocess.PIPE,
+                              text=True)
+        listed, _ = ps.communicate(timeout=10)
     except (OSError, subprocess.SubprocessError):
         return False  # cannot tell: not reused
-    return listed == [str(me)]
-
+    members = [line.split() for line in listed.splitlines()]
+    return not [pid for pid, group, state, *_ in members
+                if int(group) == me and int(pid) not in (me, ps.pid) and not state.startswith("Z")]
