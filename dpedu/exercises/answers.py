@@ -532,8 +532,12 @@ accelerator.clip_grad_norm_ under `if accelerator.sync_gradients:`; `scaler.step
 `scaler.update()` become optimizer.step() on every micro-batch (a no-op until the last); the `.to(device)` of
 each batch goes (the prepared loader moves it). What stays: the learning-rate schedule per optimizer step, but
 one iteration is now a micro-batch, so a schedule advanced by hand must advance only when
-accelerator.sync_gradients is true (a scheduler passed to prepare is stepped for you); and the global loss for
-the log (accelerator.reduce or gather)."""),
+accelerator.sync_gradients is true. A scheduler passed to prepare is not stepped for you: the loop still calls
+scheduler.step() every iteration, and it acts only when the gradients were synchronised, and then steps the
+wrapped scheduler once per process (accelerate's AcceleratedScheduler, with the default split_batches=False),
+so a warm-up written in optimizer updates ends at half its length on 2 ranks: write its length in
+single-process steps, or pass Accelerator(step_scheduler_with_optimizer=False) and step it once per update
+yourself. And the global loss for the log (accelerator.reduce or gather)."""),
 }
 
 
