@@ -172,8 +172,9 @@ def _run(payload: bytes, world_size: int, backend: str, method: str, timeout: fl
                 return _rank.RankSpec(r, world_size, backend, timeout, threads, env, logdir, os.getpid(),
                                       child_of_launcher=method != "forkserver")
 
+            kept = 0  # how many of the ranks served an earlier launch (the first of ``warm``)
             if warm_ranks.reused(method, backend):
-                warm_ranks.take(ctx, world_size, warm)
+                kept = warm_ranks.take(ctx, world_size, warm)
                 payload_path = Path(logdir, "payload")
                 payload_path.write_bytes(payload)
                 for r, rank in enumerate(warm):
@@ -190,7 +191,7 @@ def _run(payload: bytes, world_size: int, backend: str, method: str, timeout: fl
                 processes.append(p)
                 readers.append(reader)
             ranks = _Ranks([rank.process for rank in warm] + processes, readers, outputs, stream, logdir,
-                           kept={r for r, rank in enumerate(warm) if rank.idle_since})
+                           kept=set(range(kept)))
             # Two deadlines: START_UP_LIMIT until every rank has said it started, then ``timeout``, so that a
             # slow start (spawn, a cold forkserver, a loaded machine) never eats into the function's own time.
             supervisor.wait(ranks.all_started, START_UP_LIMIT, partial(ranks.timed_out, START_UP_LIMIT, starting=True),

@@ -51,7 +51,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import warnings
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -73,8 +72,7 @@ _SETTLE_LIMIT = 5.0  # seconds a rank may take to leave its process group and sa
 
 _idle: list[WarmRank] = []
 _lock = threading.Lock()  # launches from two threads never take the same rank
-_close_at_exit = False
-_expiry: threading.Timer | None = None
+_expiry: threading.Timer | None = None  # stops the idle ranks IDLE_LIMIT s after the last launch put some back
 
 
 # Modules whose use leaves state in the process that a later launch would see: a rank that has one loaded is
@@ -89,7 +87,6 @@ class WarmRank:
     process: BaseProcess
     connection: Connection  # jobs go in; "started", the outcome and "ready" come back
     environment: dict[str, str]  # the launcher's, when this rank was started
-    idle_since: float = 0.0  # time.monotonic() when it was last put back
     sources: dict[str, int] = field(default_factory=dict)  # files of modules it imported: modification times
 
     def still_fresh(self, environment: dict[str, str]) -> bool:
@@ -115,19 +112,17 @@ def reused(method: str, backend: str) -> bool:
             and threading.current_thread() is threading.main_thread())
 
 
-def take(ctx: BaseContext, count: int, taken: list[WarmRank]) -> None:
+def take(ctx: BaseContext, count: int, taken: list[WarmRank]) -> int:
     """Put ``count`` ranks into ``taken``: idle ones first, then new ones, each as soon as it exists (so
-    that the caller stops it whatever happens next). A new one is still importing torch when this returns."""
-    global _close_at_exit
+    that the caller stops it whatever happens next); return how many were idle ones. A new one is still
+    importing torch when this returns."""
     environment = _environment()
     with _lock:
         ended = [rank for rank in _idle if not rank.still_fresh(environment)]
         alive = [rank for rank in _idle if rank not in ended]
         taken += alive[:count]
         _idle[:] = alive[count:]
-        if not _close_at_exit:
-            atexit.register(close)
-            _close_at_exit = True
+    kept = len(taken)
     stop_and_reap([rank.process for rank in ended])
     while len(taken) < count:
         mine, its = ctx.Pipe(duplex=True)
@@ -135,6 +130,7 @@ def take(ctx: BaseContext, count: int, taken: list[WarmRank]) -> None:
         process.start()  # not daemonic: a rank may start processes of its own (DataLoader workers, Hogwild)
         its.close()
         taken.append(WarmRank(process, mine, environment))
+    return kept
 
 
 def send_work(rank: WarmRank, spec: _rank.RankSpec, payload_path: Path) -> None:
@@ -150,43 +146,33 @@ def send_work(rank: WarmRank, spec: _rank.RankSpec, payload_path: Path) -> None:
 def put_back(ranks: list[WarmRank]) -> list[BaseProcess]:
     """After a launch that went well: make idle each rank that says it can be reused; return the others,
     for the caller to stop."""
-    unusable = []
-    for rank in ranks:
-        try:
-            status, reusable, rank.sources = (pickle.loads(rank.connection.recv_bytes())
-                                              if rank.connection.poll(_SETTLE_LIMIT) else (None, False, {}))
-        except (EOFError, OSError):
-            status, reusable = None, False
-        reusable = status == READY and reusable
-        if not reusable:
-            unusable.append(rank.process)
-    now = time.monotonic()
-    with _lock:
-        for rank in ranks:
-            if rank.process not in unusable:
-                rank.idle_since = now
-                _idle.append(rank)
     global _expiry
-    if _expiry is not None:  # one timer, for the latest launch: the ranks all go IDLE_LIMIT s after it
+    reusable = [rank for rank in ranks if _ready(rank)]
+    with _lock:
+        _idle.extend(reusable)
+    if _expiry is not None:  # every idle rank was put back by now, so all go IDLE_LIMIT s after this launch
         _expiry.cancel()
-    _expiry = threading.Timer(IDLE_LIMIT, _stop_expired)
+    _expiry = threading.Timer(IDLE_LIMIT, close)
     _expiry.daemon = True
     _expiry.start()
-    return unusable
+    return [rank.process for rank in ranks if rank not in reusable]
+
+
+def _ready(rank: WarmRank) -> bool:
+    """Whether ``rank`` says, within _SETTLE_LIMIT s, that it left its process group and can be reused."""
+    try:
+        if not rank.connection.poll(_SETTLE_LIMIT):
+            return False
+        status, reusable, rank.sources = pickle.loads(rank.connection.recv_bytes())
+    except (EOFError, OSError):
+        return False
+    return status == READY and reusable
 
 
 def idle_pids() -> set[int]:
     """The idle warm ranks of this process: kept by design, so not counted as left running."""
     with _lock:
         return {rank.process.pid for rank in _idle}
-
-
-def _stop_expired() -> None:
-    """Stop the ranks idle for ``IDLE_LIMIT`` s or more (a timer's thread, ``IDLE_LIMIT`` s after the last put_back)."""
-    with _lock:
-        expired = [rank for rank in _idle if time.monotonic() - rank.idle_since >= IDLE_LIMIT - 0.01]
-        _idle[:] = [rank for rank in _idle if rank not in expired]
-    stop_and_reap([rank.process for rank in expired])
 
 
 def close() -> None:
@@ -197,6 +183,11 @@ def close() -> None:
     stop_and_reap([rank.process for rank in ranks])
     for rank in ranks:
         rank.connection.close()
+
+
+# Registered after multiprocessing's own exit handler (imported above, with multiprocessing.connection), so run
+# before it: that handler joins every child still running, idle ranks included, and would wait for them forever.
+atexit.register(close)
 
 
 # --- inside a warm rank -----------------------------------------------------------------------------------
