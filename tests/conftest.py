@@ -77,16 +77,43 @@ def tf32_override(monkeypatch, float32_settings_kept):
     torch.set_float32_matmul_precision("high")
 
 
+def _nothing_left_but_idle_ranks() -> None:
+    assert [p for p in mp.active_children() if p.pid not in warm_ranks.idle_pids()] == []
+    if Path("/proc").exists():
+        assert leftover_processes() == []
+
+
+def _close_warm_ranks() -> None:
+    warm_ranks.close()
+    assert mp.active_children() == []
+
+
 @pytest.fixture
 def no_leftover_processes():
     """After the test: no child process of this one but idle warm ranks, and (on Linux) nothing a launch left
     running. Then the warm ranks are closed, so that the next test starts from none."""
     yield
-    assert [p for p in mp.active_children() if p.pid not in warm_ranks.idle_pids()] == []
-    if Path("/proc").exists():
-        assert leftover_processes() == []
-    warm_ranks.close()
-    assert mp.active_children() == []
+    _nothing_left_but_idle_ranks()
+    _close_warm_ranks()
+
+
+@pytest.fixture(scope="module")
+def warm_ranks_shared_by_the_module():
+    """Idle warm ranks reusable from one test of the module to the next, and closed after its last. A rank is reused
+    only in the environment it started in, and pytest sets PYTEST_CURRENT_TEST anew at each step of each test: that
+    variable, which no rank reads, is left out of the comparison."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(warm_ranks, "_PER_LAUNCH", (*warm_ranks._PER_LAUNCH, "PYTEST_CURRENT_TEST"))
+        yield
+    _close_warm_ranks()
+
+
+@pytest.fixture
+def no_leftover_processes_but_idle_ranks(warm_ranks_shared_by_the_module):
+    """As ``no_leftover_processes``, but the idle warm ranks are kept for the module's next test (starting
+    them costs seconds a test, more where torch is PyPI's CUDA build) and closed after the module's last."""
+    yield
+    _nothing_left_but_idle_ranks()
 
 
 @pytest.fixture

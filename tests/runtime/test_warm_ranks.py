@@ -23,7 +23,8 @@ from dpedu import launch, leftover_processes
 from dpedu.runtime import warm_ranks
 from dpedu.runtime.failures import RankFailedError
 
-pytestmark = pytest.mark.usefixtures("no_leftover_processes")  # tests/conftest.py: closes the warm ranks too
+# tests/conftest.py: nothing left running after each test but idle ranks, which the next test may use
+pytestmark = pytest.mark.usefixtures("no_leftover_processes_but_idle_ranks")
 
 
 def pid_and_sum() -> tuple[int, float]:
@@ -40,20 +41,35 @@ def pids(results) -> list[int]:
     return [pid for pid, _ in results]
 
 
-def test_a_second_spawned_launch_runs_on_the_first_ones_ranks_with_a_fresh_process_group():
+@pytest.fixture
+def two_idle_ranks() -> set[int]:
+    """Two idle ranks, as a kernel holds after its first launch: those the test before left, where it left two
+    (a new pair costs seconds: PyPI's CUDA build takes longer to import)."""
+    if len(warm_ranks.idle_pids()) != 2:
+        warm_ranks.close()
+        spawned()
+    return warm_ranks.idle_pids()
+
+
+@pytest.fixture
+def no_idle_ranks() -> None:
+    warm_ranks.close()
+
+
+def test_a_second_spawned_launch_runs_on_the_first_ones_ranks_with_a_fresh_process_group(no_idle_ranks):
     first = spawned()
     second = spawned()
     assert pids(second) == pids(first) and [total for _, total in second] == [2.0, 2.0]
     assert warm_ranks.idle_pids() == set(pids(first))
 
 
-def test_idle_warm_ranks_are_not_left_running(tmp_path):
-    first = spawned()
-    assert leftover_processes() == [] and warm_ranks.idle_pids() == set(pids(first))
+def test_idle_warm_ranks_are_not_left_running(two_idle_ranks):
+    assert set(pids(spawned())) == two_idle_ranks
+    assert leftover_processes() == [] and warm_ranks.idle_pids() == two_idle_ranks
 
 
 @pytest.mark.skipif(not Path("/proc").exists(), reason="reads /proc")
-def test_what_an_idle_warm_rank_started_is_left_running(monkeypatch):
+def test_what_an_idle_warm_rank_started_is_left_running(no_idle_ranks, monkeypatch):
     """A shell stands in for an idle rank, its sleep for a process the rank left behind."""
     shell = subprocess.Popen(["sh", "-c", "sleep 60 & wait"], start_new_session=True)
     try:
@@ -67,14 +83,14 @@ def test_what_an_idle_warm_rank_started_is_left_running(monkeypatch):
         shell.wait()
 
 
-def test_a_launch_with_more_ranks_adds_new_ones_and_a_smaller_one_reuses_some():
+def test_a_launch_with_more_ranks_adds_new_ones_and_a_smaller_one_reuses_some(two_idle_ranks):
     two = pids(spawned())
     four = pids(spawned(world_size=4))
     assert set(two) <= set(four) and len(set(four)) == 4
     assert set(pids(spawned())) <= set(four)
 
 
-def test_without_warm_ranks_every_spawned_launch_starts_new_processes(monkeypatch):
+def test_without_warm_ranks_every_spawned_launch_starts_new_processes(no_idle_ranks, monkeypatch):
     monkeypatch.setenv("DPEDU_WARM_RANKS", "0")
     first = spawned()
     assert set(pids(spawned())).isdisjoint(pids(first)) and warm_ranks.idle_pids() == set()
@@ -134,7 +150,7 @@ def change_everything_in_rank(directory: str) -> int:
     return os.getpid()
 
 
-def test_a_reused_rank_starts_each_launch_as_a_new_one_would(tmp_path):
+def test_a_reused_rank_starts_each_launch_as_a_new_one_would(two_idle_ranks, tmp_path):
     before = spawned(observed_in_rank)
     changed = spawned(change_everything_in_rank, args=(str(tmp_path),))
     after = spawned(observed_in_rank)
@@ -142,7 +158,7 @@ def test_a_reused_rank_starts_each_launch_as_a_new_one_would(tmp_path):
     assert [state for _, state in after] == [state for _, state in before]
 
 
-def test_a_reused_rank_draws_new_random_numbers_at_each_launch_as_a_new_one_does():
+def test_a_reused_rank_draws_new_random_numbers_at_each_launch_as_a_new_one_does(two_idle_ranks):
     first, second = spawned(random_draws), spawned(random_draws)
     assert all(a != b for one, other in zip(first, second, strict=True) for a, b in zip(one, other, strict=True))
 
@@ -151,8 +167,7 @@ def cwd_and_path() -> tuple[str, str]:
     return os.getcwd(), sys.path[0]
 
 
-def test_a_reused_rank_works_in_the_kernels_directory_and_path_of_the_moment(tmp_path, monkeypatch):
-    spawned()
+def test_a_reused_rank_works_in_the_kernels_directory_and_path_of_the_moment(two_idle_ranks, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     assert spawned(cwd_and_path) == [(str(tmp_path), str(tmp_path))] * 2
@@ -203,14 +218,13 @@ def leave_a_thread_running() -> int:
 
 
 @pytest.mark.skipif(not Path("/proc").exists(), reason="reads /proc")
-def test_a_rank_that_left_a_process_running_is_stopped_with_it_not_reused(tmp_path):
-    spawned()
+def test_a_rank_that_left_a_process_running_is_stopped_with_it_not_reused(two_idle_ranks, tmp_path):
     ranks = spawned(leave_a_process_running, world_size=1, args=(str(tmp_path / "pid"),))
     assert gone_within(int((tmp_path / "pid").read_text())) and gone_within(ranks[0])
     assert ranks[0] not in warm_ranks.idle_pids()
 
 
-def test_a_rank_that_left_a_thread_running_is_not_reused():
+def test_a_rank_that_left_a_thread_running_is_not_reused(two_idle_ranks):
     ranks = spawned(leave_a_thread_running)
     assert warm_ranks.idle_pids() == set() and set(pids(spawned())).isdisjoint(ranks)
 
@@ -221,7 +235,7 @@ def fail_on_rank_1() -> None:
     dist.barrier()
 
 
-def test_after_a_failure_no_rank_of_that_launch_is_kept():
+def test_after_a_failure_no_rank_of_that_launch_is_kept(two_idle_ranks):
     first = pids(spawned())
     with pytest.raises(RankFailedError, match="rank 1 fails"):
         spawned(fail_on_rank_1, timeout=30)
@@ -229,14 +243,14 @@ def test_after_a_failure_no_rank_of_that_launch_is_kept():
     assert set(pids(spawned())).isdisjoint(first)
 
 
-def test_an_idle_rank_is_stopped_after_the_idle_limit_and_replaced(monkeypatch):
+def test_an_idle_rank_is_stopped_after_the_idle_limit_and_replaced(two_idle_ranks, monkeypatch):
     monkeypatch.setattr(warm_ranks, "IDLE_LIMIT", 1.0)
     first = pids(spawned())
     assert warm_ranks.idle_pids() == set(first) and all(gone_within(pid, 10) for pid in first)
     assert warm_ranks.idle_pids() == set() and set(pids(spawned())).isdisjoint(first)
 
 
-def test_a_rank_that_died_while_idle_is_reported_and_replaced():
+def test_a_rank_that_died_while_idle_is_reported_and_replaced(two_idle_ranks):
     first = pids(spawned())
     os.kill(first[1], signal.SIGKILL)
     time.sleep(0.05)  # a killed process's pipe closes a moment after it shows as exited
@@ -244,7 +258,7 @@ def test_a_rank_that_died_while_idle_is_reported_and_replaced():
     assert first[1] not in pids(results) and [total for _, total in results] == [2.0, 2.0]
 
 
-def test_a_rank_that_dies_as_the_launch_takes_it_starts_the_launch_again(monkeypatch):
+def test_a_rank_that_dies_as_the_launch_takes_it_starts_the_launch_again(two_idle_ranks, monkeypatch):
     """The race the test above may miss: the rank passes the check at take() and dies before it reads its work."""
     first = pids(spawned())
     monkeypatch.setattr(warm_ranks.WarmRank, "still_fresh", lambda self, environment: True)
@@ -260,7 +274,7 @@ def launch_from_a_thread() -> list:
     return results[0]
 
 
-def test_ranks_a_thread_launched_are_not_kept_since_they_die_with_the_thread():
+def test_ranks_a_thread_launched_are_not_kept_since_they_die_with_the_thread(no_idle_ranks):
     assert [total for _, total in launch_from_a_thread()] == [2.0, 2.0]
     assert warm_ranks.idle_pids() == set() and [total for _, total in spawned()] == [2.0, 2.0]
 
@@ -321,7 +335,7 @@ def test_without_proc_ps_tells_whether_the_rank_is_alone_in_its_group():
     assert run.stdout.split() == ["True", "False"], run.stderr
 
 
-def test_after_a_cell_changes_the_environment_the_next_launch_starts_new_ranks(monkeypatch):
+def test_after_a_cell_changes_the_environment_the_next_launch_starts_new_ranks(two_idle_ranks, monkeypatch):
     first = pids(spawned())
     monkeypatch.setenv("TORCH_DISTRIBUTED_DEBUG", "DETAIL")  # read once, as torch.distributed is imported
     second = pids(spawned())
@@ -346,12 +360,12 @@ def set_debug_level() -> int:
 
 
 @pytest.mark.parametrize("fn", [import_a_stateful_module, set_debug_level, set_interop_threads])
-def test_a_rank_that_used_what_keeps_state_per_process_is_not_reused(fn):
+def test_a_rank_that_used_what_keeps_state_per_process_is_not_reused(two_idle_ranks, fn):
     ranks = spawned(fn)
     assert warm_ranks.idle_pids() == set() and all(gone_within(pid) for pid in ranks)
 
 
-def test_a_rank_that_used_only_collectives_is_reused():
+def test_a_rank_that_used_only_collectives_is_reused(two_idle_ranks):
     """The same checks on a launch that leaves nothing behind: they do not retire every rank."""
     ranks = pids(spawned())
     assert warm_ranks.idle_pids() == set(ranks)
