@@ -54,7 +54,7 @@ from dpedu.runtime import gpus, start_methods
 from dpedu.runtime.commands import run_together
 from dpedu.runtime.environment import EnvironmentReport, environment_report
 from dpedu.runtime.failures import RankFailedError
-from dpedu.runtime.gpus import DRIVER_REMEDY, SHARED_MEMORY_REMEDY
+from dpedu.runtime.gpus import SHARED_MEMORY_REMEDY, cuda12_install, driver_remedy
 from dpedu.runtime.launcher import launch
 from dpedu.runtime.rendezvous import on_loopback
 
@@ -316,17 +316,25 @@ CHECKS: list[tuple[str, Check]] = [
 
 ROOTS = ("environment", "cuda-after-parent-init")  # every later check stands on these: after a FAIL, stop
 REMEDIES = [  # (words in a failure, what to do): the first that matches
+    ("GPU lessons failed under nbval", "read the log: a cell whose output differs only because it ran on a GPU "
+                                       "is the course's bug (report it with the log); an error in a cell is the "
+                                       "machine's, and the checks above say which"),
     ("unhandled system error", f"{SHARED_MEMORY_REMEDY}; where GPUs cannot reach each other directly (some PCIe "
                                f"VMs), also NCCL_P2P_DISABLE=1"),
     ("/dev/shm", SHARED_MEMORY_REMEDY),
     ("busy or unavailable", "the GPUs are in exclusive-process mode or taken by another program (nvidia-smi says "
                             "which): free them, or ask for the default compute mode"),
-    ("driver", DRIVER_REMEDY),
+    ("system not yet initialized", "on an NVSwitch system (HGX, DGX) the fabric manager is not running: "
+                                   "systemctl start nvidia-fabricmanager, then rerun"),
+    ("no kernel image", f"this torch was not built for this GPU's architecture (CUDA 13 builds leave out GPUs "
+                        f"older than Turing, such as the V100): install torch's CUDA 12.6 build, which still covers "
+                        f"Maxwell to Hopper: {cuda12_install()}"),
+    ("driver", driver_remedy()),
     ("out of memory", "another program holds the GPUs' memory (nvidia-smi says which): free it and rerun"),
     ("no answer within", "a GPU operation that never returns: rerun with NCCL_P2P_DISABLE=1 (GPUs that cannot "
                          "reach each other directly) and NCCL_DEBUG=INFO to see where it waits"),
-    ("tolerance", "a difference past its tolerance on an A100, H100 or newer is TF32's rounding: unset "
-                  "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE and rerun; anywhere else, rerun with NCCL_DEBUG=INFO"),
+    ("tolerance", "the course pins full float32 wherever it compares GPU results with CPU ones, so TF32 should not "
+                  "explain this: report it with this output and the value of TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"),
 ]
 DEFAULT_REMEDY = "rerun with NCCL_DEBUG=INFO for NCCL's own account, and keep this output for whoever helps"
 notes: list[str] = []  # what the running check noted (warnings under a PASS)

@@ -39,14 +39,17 @@ class EnvironmentReport:
     warnings: tuple[str, ...] = ()  # what will bite on this machine, each with what to do
 
     def __str__(self) -> str:
-        gpus = "\n".join(f"  GPU {g.index}: {g.name}, {g.memory_gib:.1f} GiB" for g in self.gpus) or "  none"
+        listed = "\n".join(f"  GPU {g.index}: {g.name}, {g.memory_gib:.1f} GiB" for g in self.gpus) or "  none"
         backends = ", ".join(f"{name} {'yes' if ok else 'no'}" for name, ok in self.backends.items())
         build = f"CUDA {self.cuda}" if self.cuda else "CPU only"
         lines = [f"Python {self.python}, torch {self.torch} ({build}), on {self.system}",
-                 f"CPU cores: {self.cpu_cores}", f"GPUs:\n{gpus}"]
+                 f"CPU cores: {self.cpu_cores}", f"GPUs:\n{listed}"]
         if self.gpus:  # what GPU runs depend on; the CPU lessons do not
             shm = "none" if self.shared_memory is None else f"{self.shared_memory / 2**30:.1f} GiB"
-            lines.append(f"NVIDIA driver {self.driver or 'unknown'}; /dev/shm {shm}; "
+            runs = gpus.driver_cuda(self.driver)
+            driver = (f"NVIDIA driver {self.driver} (runs CUDA {runs} builds; this torch is a CUDA {self.cuda} build)"
+                      if runs else f"NVIDIA driver {self.driver or 'unknown'}")
+            lines.append(f"{driver}; /dev/shm {shm}; "
                          f"float32 matmul precision {self.matmul_precision!r}")
         lines += [f"torch.distributed backends: {backends}",
                   f"dpedu.launch starts ranks by: {self.start_method}"
@@ -66,9 +69,9 @@ def _warnings(found: gpus.Probe, shared_memory: int | None) -> tuple[str, ...]:
     """What will make this machine's GPU paths fail, each with its remedy."""
     said = []
     if found.error is not None:
-        said.append(f"CUDA cannot start ({found.error}): {gpus.DRIVER_REMEDY}")
+        said.append(f"CUDA cannot start ({found.error}): {gpus.driver_remedy()}")
     if torch.version.cuda is None and gpus.system_gpu_count():
-        said.append(gpus.CPU_ONLY_REMEDY)
+        said.append(gpus.cpu_only_remedy())
     if len(found.properties) >= 2 and shared_memory is not None and shared_memory < gpus.SHARED_MEMORY_NEEDED:
         said.append(f"/dev/shm has {shared_memory / 2**20:.0f} MB: {gpus.SHARED_MEMORY_REMEDY}")
     if found.properties and (override := gpus.tf32_override()):

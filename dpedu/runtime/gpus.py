@@ -11,6 +11,10 @@ Three sources, and what it means when they disagree:
 - The system (``/proc/driver/nvidia/gpus``, ``nvidia-smi -L``) lists NVIDIA GPUs whatever torch was built
   with: GPUs there and none for torch means a CPU-only torch (``system_gpu_count``).
 
+Where CUDA cannot start, the remedy is chosen from the driver's version: PyPI's torch is a CUDA 13 build, and on a
+driver that runs CUDA 12 builds only (older than 580.65.06) the learner gets the line that installs torch's CUDA 12
+build (``driver_remedy``, ``cuda12_install``).
+
 Also the machine's side of multi-GPU NCCL: shared memory (``/dev/shm``, which Docker sizes to 64 MB
 unless told otherwise), and the settings that make float32 matrix products on GPUs round to TF32.
 
@@ -33,21 +37,19 @@ from pathlib import Path
 import torch
 
 __all__ = ["Probe", "probe", "usable_count", "one_gpu_per_local_rank", "system_gpu_count", "driver_version",
-           "shared_memory_bytes", "tf32_override", "DRIVER_REMEDY", "CPU_ONLY_REMEDY", "SHARED_MEMORY_REMEDY",
-           "SHARED_MEMORY_NEEDED"]
+           "driver_cuda", "cuda12_install", "driver_remedy", "cpu_only_remedy", "shared_memory_bytes",
+           "tf32_override", "SHARED_MEMORY_REMEDY", "SHARED_MEMORY_NEEDED"]
 
 NVIDIA_PROC = Path("/proc/driver/nvidia")  # the driver's own files: its version, one folder per GPU
 SHARED_MEMORY_NEEDED = 2**30  # bytes; NCCL's shared-memory segments between GPUs outgrow Docker's 64 MB default
 SHARED_MEMORY_REMEDY = ("NCCL between GPUs needs more shared memory than /dev/shm has: start the container with "
                         "--ipc=host or --shm-size=8g (or set NCCL_SHM_DISABLE=1, slower)")
-# What to do, said where it applies; the CUDA and release named are this torch's own.
-DRIVER_REMEDY = (f"update the NVIDIA driver to one that supports CUDA {torch.version.cuda}, or install a torch "
-                 "built for the CUDA your driver has (https://pytorch.org/get-started/locally/ gives the "
-                 "--index-url for each); if the GPUs are in exclusive-process mode, free them or ask for the "
-                 "default compute mode")
-CPU_ONLY_REMEDY = (f"this machine has NVIDIA GPUs but this torch ({torch.__version__}) is a CPU-only build: install "
-                   f"PyPI's default Linux build, which includes CUDA: pip install --force-reinstall "
-                   f"--index-url https://pypi.org/simple \"torch=={torch.__version__.split('+')[0]}\"")
+# The oldest NVIDIA driver that runs the builds of each CUDA major release (NVIDIA's CUDA compatibility guide,
+# minor version compatibility: any 12.x build from 525.60.13 on, any 13.x build from 580.65.06 on). PyPI's default
+# Linux torch is a CUDA 13 build from 2.11 on (2.12.1 to 2.14: 13.0; 2.15: 13.2).
+OLDEST_DRIVER = {12: "525.60.13", 13: "580.65.06"}
+# The CUDA 12 build of each release on pytorch.org's own index (pytorch's RELEASE.md, "Release Compatibility Matrix").
+CUDA12_INDEX = {"2.12": "cu126", "2.13": "cu126", "2.14": "cu126"}
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,7 @@ def usable_count() -> int:
     found = probe()
     if found.error is not None:
         _warn_once(f"NVML lists {found.listed} GPU(s), but CUDA cannot start ({found.error}), so dpedu runs on "
-                   f"the CPU; to use them, {DRIVER_REMEDY}")
+                   f"the CPU; to use them, {driver_remedy()}")
     return len(found.properties)
 
 
@@ -108,7 +110,7 @@ def one_gpu_per_local_rank(local_rank: int, local_world_size: int, script: str) 
     if listed and not usable and local_rank == 0:
         why = (f"{listed} GPU(s) for {local_world_size} ranks on this machine (--nproc-per-node={listed} would use "
                f"them)" if listed < local_world_size else
-               f"CUDA cannot start: {DRIVER_REMEDY}")
+               f"CUDA cannot start: {driver_remedy()}")
         print(f"{script}: every rank runs on the CPU: {why}", file=sys.stderr, flush=True)
     return usable
 
@@ -135,6 +137,66 @@ def driver_version() -> str | None:
     words = version.read_text().split()
     found = [w for w in words if w.count(".") >= 1 and w.replace(".", "").isdigit()]
     return found[0] if found else None
+
+
+def driver_cuda(driver: str | None) -> int | None:
+    """The newest CUDA major release whose builds the NVIDIA driver ``driver`` runs (13 from 580.65.06 on, 12 from
+    525.60.13); 0 for an older driver, None where the version is unknown."""
+    if driver is None:
+        return None
+    return max((major for major, oldest in OLDEST_DRIVER.items() if _numbers(driver) >= _numbers(oldest)), default=0)
+
+
+def _numbers(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split(".") if part.isdigit())
+
+
+def cuda12_install(release: str = torch.__version__, python: str = sys.executable) -> str:
+    """The pip command that puts torch's CUDA 12 build into ``python``'s environment: ``release`` itself where
+    pytorch.org has one for it, else the newest release known here to have one."""
+    version = release.split("+")[0]
+    minor = ".".join(version.split(".")[:2])
+    if minor in CUDA12_INDEX:
+        wanted, index = f"torch=={version}+{CUDA12_INDEX[minor]}", CUDA12_INDEX[minor]
+    else:
+        newest = max(CUDA12_INDEX, key=lambda known: tuple(map(int, known.split("."))))
+        major, last = newest.split(".")
+        wanted, index = f"torch>={newest},<{major}.{int(last) + 1}", CUDA12_INDEX[newest]
+    return f'{python} -m pip install "{wanted}" --index-url https://download.pytorch.org/whl/{index}'
+
+
+def driver_remedy() -> str:
+    """What to do where CUDA cannot start, for this machine's driver and this torch's CUDA: where the driver is
+    too old for a CUDA 13 torch but runs CUDA 12 builds, the command that installs one."""
+    built_for = int(torch.version.cuda.split(".")[0]) if torch.version.cuda else None
+    driver = driver_version()
+    runs = driver_cuda(driver)
+    if built_for is not None and runs == 12 < built_for:
+        return (f"this torch ({torch.__version__}) is built for CUDA {torch.version.cuda}, which needs NVIDIA driver "
+                f"{OLDEST_DRIVER[built_for]} or later, and this driver ({driver}) runs CUDA 12 "
+                f"builds: install torch's CUDA 12 build, {cuda12_install()}, or update the driver")
+    if built_for is not None and runs is not None and runs < built_for:
+        return (f"this torch is built for CUDA {torch.version.cuda}, and this driver ({driver}) is older than any "
+                f"CUDA build of torch 2.12 or later runs on: update the NVIDIA driver")
+    elsewhere = ("if the GPUs are in exclusive-process mode, free them or ask for the default compute mode; on an "
+                 "NVSwitch system (HGX, DGX), 'system not yet initialized' means the fabric manager is not running "
+                 "(systemctl start nvidia-fabricmanager)")
+    if built_for is not None and runs is not None:
+        return f"this driver ({driver}) runs CUDA {runs} builds, so it is not the cause: {elsewhere}"
+    return (f"update the NVIDIA driver to one that supports CUDA {torch.version.cuda}, or install a torch built for "
+            f"the CUDA your driver has ({cuda12_install()} for CUDA 12); {elsewhere}")
+
+
+def cpu_only_remedy() -> str:
+    """What to do where the system lists NVIDIA GPUs but this torch is a CPU-only build: PyPI's default build
+    (CUDA 13), or the CUDA 12 build where the driver runs no CUDA 13 build."""
+    release = torch.__version__.split("+")[0]
+    start = f"this machine has NVIDIA GPUs but this torch ({torch.__version__}) is a CPU-only build: install"
+    if driver_cuda(driver_version()) == 12:
+        return (f"{start} torch's CUDA 12 build (PyPI's default is a CUDA 13 build, which needs NVIDIA driver "
+                f"{OLDEST_DRIVER[13]} or later; this one is {driver_version()}): {cuda12_install()}")
+    return (f"{start} PyPI's default Linux build, which includes CUDA: {sys.executable} -m pip install "
+            f'--force-reinstall --index-url https://pypi.org/simple "torch=={release}"')
 
 
 def shared_memory_bytes() -> int | None:

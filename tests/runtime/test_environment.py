@@ -57,3 +57,16 @@ def test_a_cpu_only_torch_on_a_machine_with_nvidia_gpus_gets_the_install_line(mo
     (warning,) = environment_report().warnings
     release = torch.__version__.split("+")[0]
     assert "CPU-only build" in warning and f'"torch=={release}"' in warning and "pypi.org/simple" in warning
+
+
+def test_the_report_compares_the_drivers_cuda_with_torchs_and_gives_the_cuda_12_install_line(monkeypatch, tmp_path):
+    (tmp_path / "version").write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar 5 2024\n")
+    monkeypatch.setattr(gpus, "NVIDIA_PROC", tmp_path)
+    monkeypatch.setattr(torch.version, "cuda", "13.0")  # PyPI's default build ...
+    monkeypatch.setattr(gpus, "probe", lambda: Probe(2, error="RuntimeError: The NVIDIA driver on your system is "
+                                                              "too old (found version 12040)"))  # ... on CUDA 12.4
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        text = str(environment_report())
+    assert "NVIDIA driver 550.54.15 (runs CUDA 12 builds; this torch is a CUDA 13.0 build)" in text
+    assert gpus.cuda12_install() in text and "pypi.org" not in text

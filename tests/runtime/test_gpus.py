@@ -77,7 +77,7 @@ def test_shared_memory_and_tf32_overrides_are_read_from_the_machine(monkeypatch)
     (0, False, 0, False, ""),  # no GPU: nothing to say
     (1, True, 0, False, "1 GPU(s) for 2 ranks on this machine (--nproc-per-node=1 would use them)"),
     (1, True, 1, False, ""),  # local rank 0 says it, once per machine
-    (2, False, 0, False, "CUDA cannot start: update the NVIDIA driver"),
+    (2, False, 0, False, "CUDA cannot start: "),
 ])
 def test_a_script_takes_a_gpu_per_rank_only_where_cuda_starts_and_says_why_not(listed, cuda_starts, local_rank,
                                                                                uses_gpus, said, monkeypatch, capsys):
@@ -86,3 +86,43 @@ def test_a_script_takes_a_gpu_per_rank_only_where_cuda_starts_and_says_why_not(l
     assert gpus.one_gpu_per_local_rank(local_rank, 2, "train_x") is uses_gpus
     err = capsys.readouterr().err
     assert (said in err and err.startswith("train_x: every rank runs on the CPU: ")) if said else err == ""
+
+
+def fake_driver(monkeypatch, tmp_path, version: str) -> None:
+    (tmp_path / "version").write_text(f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {version}  Sun May 12 2024\n")
+    monkeypatch.setattr(gpus, "NVIDIA_PROC", tmp_path)
+
+
+@pytest.mark.parametrize(("driver", "runs"), [
+    ("580.65.06", 13), ("590.48.01", 13), ("580.65.05", 12), ("570.172.08", 12), ("535.183.01", 12),
+    ("525.60.13", 12), ("525.60.12", 0), ("470.57.02", 0), (None, None)])
+def test_the_newest_cuda_a_driver_runs_is_read_from_its_version(driver, runs):
+    assert gpus.driver_cuda(driver) == runs
+
+
+def test_the_cuda_12_install_names_this_release_where_pytorch_org_has_one_and_the_newest_known_elsewhere():
+    assert gpus.cuda12_install("2.13.0+cu130", "python") == (
+        'python -m pip install "torch==2.13.0+cu126" --index-url https://download.pytorch.org/whl/cu126')
+    assert gpus.cuda12_install("2.15.0", "python") == (
+        'python -m pip install "torch>=2.14,<2.15" --index-url https://download.pytorch.org/whl/cu126')
+
+
+def test_a_cuda_13_torch_on_a_cuda_12_driver_is_told_the_install_line_and_a_new_enough_driver_is_not(
+        monkeypatch, tmp_path):
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    fake_driver(monkeypatch, tmp_path, "550.54.15")
+    said = gpus.driver_remedy()
+    assert "needs NVIDIA driver 580.65.06 or later, and this driver (550.54.15) runs CUDA 12" in said
+    assert gpus.cuda12_install() in said
+    fake_driver(monkeypatch, tmp_path, "580.95.05")  # the driver is not why CUDA did not start
+    said = gpus.driver_remedy()
+    assert "runs CUDA 13 builds, so it is not the cause" in said and "pip install" not in said
+    fake_driver(monkeypatch, tmp_path, "470.57.02")
+    assert gpus.driver_remedy().endswith("update the NVIDIA driver")
+
+
+def test_a_cpu_only_torch_is_told_pypis_default_build_only_where_the_driver_runs_it(monkeypatch, tmp_path):
+    fake_driver(monkeypatch, tmp_path, "580.95.05")
+    assert "pypi.org/simple" in gpus.cpu_only_remedy() and "cu126" not in gpus.cpu_only_remedy()
+    fake_driver(monkeypatch, tmp_path, "535.183.01")
+    assert gpus.cuda12_install() in gpus.cpu_only_remedy() and "pypi.org" not in gpus.cpu_only_remedy()
