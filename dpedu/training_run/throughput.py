@@ -160,9 +160,11 @@ def no_faster_than(more: float, fewer: float, *, margin: float = 1.15) -> bool:
     return more <= margin * fewer
 
 
-def flat(seconds: Sequence[float], *, within: float = 2.0) -> bool:
+def flat(seconds: Sequence[float], *, within: float = 3.0) -> bool:
     """Are these times flat: the largest less than ``within`` times the smallest? Lesson 13 asserts it of the
-    same all-reduce timed after sleeps of different lengths: its cost does not depend on the batch."""
+    same all-reduce timed after sleeps of different lengths: its cost does not depend on the batch. Not within
+    2x: a core that slept longer can wake slower (0.18 to 0.38 ms measured once), while an all-reduce timed with
+    its partner's wait grows with the sleep (15x to 17x over lesson 13's lengths, measured)."""
     return max(seconds) < within * min(seconds)
 
 
