@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -30,6 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from dpedu.runtime.failures import leftover_processes
 from dpedu.runtime.machine_load import machine_limit, parallel_speedup
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,10 +127,18 @@ def run(notebooks: list[Path], together: bool, busy_core: bool, record: Path | N
         return ok
     finally:
         for process in [*running, *([hog] if hog else [])]:
-            if process.poll() is None:
-                process.kill()
-            process.wait()
+            stop(process)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def stop(process: subprocess.Popen) -> None:
+    """Kill ``process`` and all it started: nbval's kernels and their ranks run in sessions of their own."""
+    for pid in [process.pid, *leftover_processes(process.pid)]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    process.wait()
 
 
 def main() -> int:
@@ -139,6 +149,7 @@ def main() -> int:
     parser.add_argument("lessons", nargs="*", help="lesson numbers (04) or notebook paths; default: " +
                         " ".join(TIMED_LESSONS))
     options = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped from outside (CI ended): clean up all the same
     notebooks = [notebook(lesson) for lesson in options.lessons or TIMED_LESSONS]
     what = "with one core kept busy" if options.busy_core else "all at once"
     if options.busy_core and machine_limit(2) is None:
