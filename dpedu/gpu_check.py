@@ -30,6 +30,7 @@ import io
 import json
 import os
 import re
+import signal
 import sys
 import threading
 import time
@@ -53,7 +54,7 @@ from dpedu.models import largest_difference, mlp
 from dpedu.runtime import gpus, start_methods
 from dpedu.runtime.commands import run_together
 from dpedu.runtime.environment import EnvironmentReport, environment_report
-from dpedu.runtime.failures import RankFailedError
+from dpedu.runtime.failures import RankFailedError, leftover_processes
 from dpedu.runtime.gpus import SHARED_MEMORY_REMEDY, cuda12_install, driver_remedy
 from dpedu.runtime.launcher import launch
 from dpedu.runtime.rendezvous import on_loopback
@@ -361,13 +362,19 @@ def _reason(error: Exception) -> str:
 
 
 @contextlib.contextmanager
-def watchdog(name: str, limit: float) -> Iterator[None]:
-    """End this process, with a FAIL line and every thread's stack, if the block takes more than ``limit`` s:
-    a GPU call stuck in the driver cannot be interrupted, and the ranks and tools started here die with it."""
+def watchdog(name: str, limit: float, so_far: Callable[[], str] = str) -> Iterator[None]:
+    """End this process, with a FAIL line, every thread's stack and ``so_far()``, if the block takes more than
+    ``limit`` s: a GPU call stuck in the driver cannot be interrupted. Every process started from here is killed
+    first: the ranks die with this process, but what ``run_together`` started (a lesson's pytest, its kernel and
+    ranks) runs in sessions of its own and would go on holding the GPUs."""
     def stuck() -> None:
         print(f"FAIL  {name:<22} no answer within {limit:g} s; where each thread was:", flush=True)
         faulthandler.dump_traceback(file=sys.stdout, all_threads=True)
         print(f"      what to do: {remedy('no answer within')}", flush=True)
+        for pid in leftover_processes():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        print(so_far(), flush=True)
         os._exit(1)
 
     timer = threading.Timer(limit, stuck)
@@ -381,13 +388,21 @@ def watchdog(name: str, limit: float) -> Iterator[None]:
 
 def run_checks(checks: Sequence[tuple[str, Check]], limit: float = CHECK_LIMIT) -> dict[str, tuple[bool, str]]:
     """Run the checks in order, print one line for each (a FAIL with what to do, a PASS with its notes), stop
-    after a failed root check, and return {name: (passed, figure or reason)}."""
-    outcomes = {}
+    after a failed root check, and return {name: (passed, figure or reason)}. Each check gets ``limit`` s, the
+    notebooks step each lesson's limit (it stops a lesson that overruns its own) and a minute more."""
+    outcomes: dict[str, tuple[bool, str]] = {}
+
+    def so_far() -> str:
+        passed = [check for check, (ok, _) in outcomes.items() if ok]
+        lines = [f"so far: {len(passed)} passed ({', '.join(passed) or 'none'}), the check above stuck"]
+        return "\n".join(lines + [f"  {lesson}: {verdict}" for lesson, verdict in lessons.items()])
+
     for name, check in checks:
         start = time.monotonic()
         notes.clear()
-        try:
-            with watchdog(name, limit):
+        try:  # without the course's notebooks here, finding them is the notebooks step's failure
+            allowed = len(gpu_notebooks()) * NOTEBOOK_LIMIT + 60 if name == "notebooks" else limit
+            with watchdog(name, allowed, so_far):
                 passed, text = True, check()
         except Exception as error:  # noqa: BLE001 - a failing check is reported, and the next one runs
             passed, text = False, _reason(error)

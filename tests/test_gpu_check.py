@@ -294,23 +294,42 @@ def test_each_known_failure_gets_its_remedy(reason, words):
 
 
 STUCK = """
-import sys, threading, time
+import subprocess, sys, threading, time
 from dpedu import gpu_check
 
 def hangs():
+    lesson = subprocess.Popen(["sleep", "60"], start_new_session=True)  # as run_together starts a lesson's pytest
+    print(f"started {lesson.pid}", flush=True)
+    gpu_check.lessons["02_data_parallelism_by_hand"] = "ran here"
     threading.Event().wait()  # as a collective whose peer never comes
 
 gpu_check.run_checks([("first", lambda: "fine"), ("stuck", hangs), ("never", lambda: "reached")], limit=1)
 """
 
 
-def test_a_check_that_gives_no_answer_is_a_failure_with_where_it_hung():
+def test_a_check_that_gives_no_answer_is_a_failure_with_where_it_hung_and_leaves_nothing_running():
     run = subprocess.run([sys.executable, "-c", STUCK], capture_output=True, text=True, timeout=60)
     assert run.returncode == 1
     lines = run.stdout.splitlines()
-    assert lines[0].startswith("PASS  first")
-    assert lines[1] == "FAIL  stuck                  no answer within 1 s; where each thread was:"
-    assert "in hangs" in run.stdout and "NCCL_P2P_DISABLE=1" in lines[-1] and "PASS  never" not in run.stdout
+    assert lines[0].startswith("PASS  first") and lines[1].startswith("started ")
+    assert lines[2] == "FAIL  stuck                  no answer within 1 s; where each thread was:"
+    assert "in hangs" in run.stdout and "PASS  never" not in run.stdout
+    assert lines[-3].startswith("      what to do: ") and "NCCL_P2P_DISABLE=1" in lines[-3]
+    assert lines[-2:] == ["so far: 1 passed (first), the check above stuck", "  02_data_parallelism_by_hand: ran here"]
+    assert gone_within(int(lines[1].split()[1]))  # in a session of its own, yet killed
+
+
+def test_the_notebooks_step_may_take_each_lessons_limit_and_a_minute_more(monkeypatch):
+    allowed = []
+
+    @contextlib.contextmanager
+    def watchdog(name, limit, so_far):
+        allowed.append((name, limit))
+        yield
+
+    monkeypatch.setattr(gpu_check, "watchdog", watchdog)
+    gpu_check.run_checks([("first", lambda: "fine"), ("notebooks", lambda: "fine")], limit=900)
+    assert allowed == [("first", 900), ("notebooks", len(gpu_check.gpu_notebooks()) * gpu_check.NOTEBOOK_LIMIT + 60)]
 
 
 def test_the_gpu_notebooks_are_found_from_their_cells(tmp_path):
