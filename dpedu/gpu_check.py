@@ -63,7 +63,12 @@ ROOT = Path(__file__).resolve().parents[1]  # the course's repository, when dped
 RECORD = ROOT / "notebooks" / "gpu_recorded.json"
 RECORDED = ("nccl-all-reduce", "data-parallel", "sync-batchnorm", "fsdp2", "float16-gradscaler")
 FORKED_CUDA = "Cannot re-initialize CUDA in forked subprocess"  # torch's words for a rank forked after cuInit
-GPU_BRANCH = re.compile(r"\b(gpu_count|device_count)\(")  # a code cell that asks how many GPUs there are
+# a code cell that asks how many GPUs there are, or calls what branches on it (lesson 08's nn.SyncBatchNorm)
+GPU_BRANCH = re.compile(r"\b(gpu_count|device_count|sync_batchnorm_on_this_machine)\(")
+# The GPUs each lesson's GPU cells need to all run on GPUs (1 where not named here): with fewer, those cells take
+# their CPU path, as on a laptop, and the verdict says so (tests/test_gpu_check.py keeps this in step with the cells)
+GPUS_FOR_EVERY_CELL = {"02_data_parallelism_by_hand": 2, "08_batchnorm_and_randomness": 2,
+                       "12_splitting_the_model": 8, "13_a_real_training_run": 2, "appendix_circulating_code": 2}
 NOTEBOOK_LIMIT = 600  # seconds for one lesson under nbval (a cold start of torch on a cluster's shared disk is slow)
 LOG = "gpu-check-notebooks.log"  # pytest's full output of the notebooks step, in the current folder
 CHECK_LIMIT = 900  # seconds any one check may take before the watchdog calls it stuck
@@ -74,6 +79,10 @@ CHECK_LIMIT = 900  # seconds any one check may take before the watchdog calls it
 
 class CheckFailed(Exception):
     """A check ran but measured something other than what the course promises."""
+
+
+class NotCheckedHere(Exception):  # noqa: N818 - a verdict, not an error
+    """A check this machine cannot run (too few GPUs): neither passed nor failed."""
 
 
 def expect(condition: bool, reason: str) -> None:
@@ -244,6 +253,8 @@ def check_data_parallel() -> str:
 
 
 def check_sync_batchnorm() -> str:
+    if (n := start_methods.gpu_count()) < 2:  # lesson 08 then runs dpedu.SyncBatchNorm on CPU ranks: no GPU path
+        raise NotCheckedHere(f"needs 2 GPUs (nn.SyncBatchNorm over nccl, lesson 08); this machine has {n}")
     kind, ranks = sync_batchnorm_on_this_machine([3, 5])
     reference = batchnorm_step([3, 5], "plain")
     tolerance = 1e-4 if kind == "torch" else 1e-5  # lesson 08's: GPU kernels round differently
@@ -274,6 +285,12 @@ def check_float16_gradscaler() -> str:
     return figure
 
 
+def ran_here(lesson: str) -> str:
+    """A lesson's verdict when its GPU cells passed: on how many GPUs, and whether some took their CPU path."""
+    have, need = start_methods.gpu_count(), GPUS_FOR_EVERY_CELL.get(lesson, 1)
+    return f"ran here on {have} GPU(s)" + (f"; its cells for {need} GPUs took their CPU path" if have < need else "")
+
+
 def check_notebooks() -> str:
     """Each lesson with a GPU branch under nbval, alone, in this Python; pytest's whole output goes to ``LOG``."""
     log = Path(LOG).resolve()
@@ -291,9 +308,10 @@ def check_notebooks() -> str:
             with log.open("a") as file:
                 file.write(f"===== {path.name}\n{run.stdout}{run.stderr}\n")
             failed = [line for line in run.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
-            lessons[path.stem] = "ran here" if run.returncode == 0 else f"failed: {(failed or ['pytest exited 1'])[0]}"
+            lessons[path.stem] = (ran_here(path.stem) if run.returncode == 0 else
+                                  f"failed: {(failed or ['pytest exited 1'])[0]}")
         print(f"      {path.stem}: {lessons[path.stem]} ({time.monotonic() - start:.0f} s)", flush=True)  # progress
-    bad = {name: verdict for name, verdict in lessons.items() if verdict != "ran here"}
+    bad = {name: verdict for name, verdict in lessons.items() if not verdict.startswith("ran here")}
     expect(not bad, "\n".join([f"{len(bad)} of {len(lessons)} GPU lessons failed under nbval; pytest's output "
                                 f"is in {log}", *(f"{name}: {verdict}" for name, verdict in bad.items())]))
     return f"{len(lessons)} GPU lessons under nbval, all passed; pytest's output is in {log}"
@@ -386,14 +404,15 @@ def watchdog(name: str, limit: float, so_far: Callable[[], str] = str) -> Iterat
         timer.cancel()
 
 
-def run_checks(checks: Sequence[tuple[str, Check]], limit: float = CHECK_LIMIT) -> dict[str, tuple[bool, str]]:
+def run_checks(checks: Sequence[tuple[str, Check]], limit: float = CHECK_LIMIT) -> dict[str, tuple[bool | None, str]]:
     """Run the checks in order, print one line for each (a FAIL with what to do, a PASS with its notes), stop
-    after a failed root check, and return {name: (passed, figure or reason)}. Each check gets ``limit`` s, the
-    notebooks step each lesson's limit (it stops a lesson that overruns its own) and a minute more."""
-    outcomes: dict[str, tuple[bool, str]] = {}
+    after a failed root check, and return {name: (passed, figure or reason)}, passed None (SKIP) where the check
+    cannot run on this machine. Each check gets ``limit`` s, the notebooks step each lesson's limit (it stops a
+    lesson that overruns its own) and a minute more."""
+    outcomes: dict[str, tuple[bool | None, str]] = {}  # None: not checked here
 
     def so_far() -> str:
-        passed = [check for check, (ok, _) in outcomes.items() if ok]
+        passed = [check for check, (ok, _) in outcomes.items() if ok is True]
         lines = [f"so far: {len(passed)} passed ({', '.join(passed) or 'none'}), the check above stuck"]
         return "\n".join(lines + [f"  {lesson}: {verdict}" for lesson, verdict in lessons.items()])
 
@@ -404,17 +423,20 @@ def run_checks(checks: Sequence[tuple[str, Check]], limit: float = CHECK_LIMIT) 
             allowed = len(gpu_notebooks()) * NOTEBOOK_LIMIT + 60 if name == "notebooks" else limit
             with watchdog(name, allowed, so_far):
                 passed, text = True, check()
+        except NotCheckedHere as why:
+            passed, text = None, f"not checked here: {why}"
         except Exception as error:  # noqa: BLE001 - a failing check is reported, and the next one runs
             passed, text = False, _reason(error)
         first, *rest = text.splitlines() or [""]
-        print(f"{'PASS' if passed else 'FAIL'}  {name:<22} {first}  ({time.monotonic() - start:.1f} s)", flush=True)
-        below = [f"note: {n}" for n in notes] if passed else [
+        verdict = {True: "PASS", False: "FAIL", None: "SKIP"}[passed]
+        print(f"{verdict}  {name:<22} {first}  ({time.monotonic() - start:.1f} s)", flush=True)
+        below = [f"note: {n}" for n in notes] if passed else [] if passed is None else [
             *(rest if len(rest) <= 15 else [*rest[:4], "...", *rest[-10:]]),  # a traceback's first and last lines
             f"what to do: {remedy(text)}"]
         for line in below:
             print(f"      {line}")
         outcomes[name] = (passed, text)
-        if not passed and name in ROOTS:
+        if passed is False and name in ROOTS:
             print(f"      stopped here: every later check needs {name} to pass")
             break
     return outcomes
@@ -466,8 +488,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("DPEDU_QUIET", "1")  # launch's note on the start method: the report says it already
     lessons.clear()
     outcomes = run_checks([c for c in CHECKS if not (options.no_notebooks and c[0] == "notebooks")])
-    failed = [name for name, (passed, _) in outcomes.items() if not passed]
-    print(f"{len(outcomes) - len(failed)} passed, {len(failed)} failed" + (f": {', '.join(failed)}" if failed else ""))
+    failed = [name for name, (passed, _) in outcomes.items() if passed is False]
+    skipped = [name for name, (passed, _) in outcomes.items() if passed is None]
+    print(f"{len(outcomes) - len(failed) - len(skipped)} passed, {len(failed)} failed"
+          + (f": {', '.join(failed)}" if failed else "")
+          + (f"; not checked here: {', '.join(skipped)}" if skipped else ""))
     if (ROOT / "notebooks").is_dir():  # a clone: the lessons are here to name
         print("The GPU cells of each lesson that has them, on this machine:")
         for path in gpu_notebooks():
