@@ -104,3 +104,16 @@ def test_bad_arguments_are_named():
         local_sgd.torch_averaging_steps(4)
     with pytest.raises(RankFailedError, match="batch_size=721 is larger than this rank's"):
         launch(shard_too_small, 2)
+
+
+def at_lr_1() -> dict[str, float]:
+    settings = {"steps": 256, "batch_size": 16, "lr": 1.0}  # lesson 06's part 8, at exercise 6's rate
+    return {"sync": local_sgd.train("sync", **settings)["loss"][-1],
+            "local, H=64": local_sgd.train("local", period=64, **settings)["loss"][-1]}
+
+
+def test_at_lr_1_ddp_still_trains_and_long_rounds_do_not():
+    """Backs lesson 06's "at lr 1.0 DDP still trains and long rounds do not" and answer 6.6's figures (DDP ends
+    at 0.006, H = 64 at 1.35, measured)."""
+    final = launch(at_lr_1, 2)[0]
+    assert final["sync"] < 0.05 and final["local, H=64"] > 0.5, final
