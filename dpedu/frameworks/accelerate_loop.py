@@ -70,6 +70,7 @@ class Record:
     losses: list[float] = field(default_factory=list)  # this rank's mean loss per optimizer step, undivided
     indices: list[list[int]] = field(default_factory=list)  # the examples of each of this rank's micro-batches
     evaluated: dict[str, int] = field(default_factory=dict)  # held-out predictions gathered, by how
+    process_index: int = 0  # this rank's place among the processes (the Accelerator's, in an accelerate run)
 
 
 def digits_with_indices() -> tuple[TensorDataset, TensorDataset]:
@@ -79,12 +80,13 @@ def digits_with_indices() -> tuple[TensorDataset, TensorDataset]:
             TensorDataset(data.X_test, data.y_test, torch.arange(len(data.X_test))))
 
 
-def _counted(record: Record, ddp: DDP, optimizer: torch.optim.Optimizer) -> None:
+def _counted(record: Record, model: DDP | torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
     def counting_allreduce(state, bucket):
         record.all_reduces += 1
         return allreduce_hook(state, bucket)  # what DDP does without a hook: divide by the world size, sum
 
-    ddp.register_comm_hook(None, counting_allreduce)
+    if isinstance(model, DDP):  # one process alone: prepare leaves the model as it is, and nothing is all-reduced
+        model.register_comm_hook(None, counting_allreduce)
     optimizer.register_step_post_hook(lambda *_: setattr(record, "optimizer_steps", record.optimizer_steps + 1))
 
 
@@ -96,9 +98,9 @@ def _note(record: Record, index: torch.Tensor, loss: float, settings: Settings) 
     record.losses[-1] += loss / settings.accumulate
 
 
-def _check_fits(settings: Settings, examples: int) -> None:
+def _check_fits(settings: Settings, examples: int, ranks: int) -> None:
     # Both loops stop inside the first epoch: accelerate also synchronises at the end of its loader.
-    needed = settings.steps * settings.accumulate * settings.micro_batch * dist.get_world_size()
+    needed = settings.steps * settings.accumulate * settings.micro_batch * ranks
     if needed > examples:
         raise ValueError(f"steps x accumulate x micro_batch x ranks = {needed} examples, more than the "
                          f"{examples} of one epoch: lower steps or micro_batch")
@@ -107,7 +109,7 @@ def _check_fits(settings: Settings, examples: int) -> None:
 def train_by_hand(settings: Settings) -> Record:
     """Lesson 03's loop: DistributedSampler, no_sync on all micro-batches but the last, loss / accumulate."""
     train, _ = digits_with_indices()
-    _check_fits(settings, len(train))
+    _check_fits(settings, len(train), dist.get_world_size())
     record = Record()
     model = DDP(models.mlp(64, 32, 10, seed=0))
     optimizer = settings.make_optimizer(model.parameters())
@@ -140,8 +142,8 @@ def train_with_accelerate(settings: Settings, cpu: bool = True) -> Record:
     accelerator = Accelerator(cpu=cpu, gradient_accumulation_steps=settings.accumulate)
     _check_joined(accelerator)
     train, held_out = digits_with_indices()
-    _check_fits(settings, len(train))
-    record = Record()
+    _check_fits(settings, len(train), accelerator.num_processes)  # 1 where it runs alone: no process group
+    record = Record(process_index=accelerator.process_index)
     model = models.mlp(64, 32, 10, seed=0)
     optimizer = settings.make_optimizer(model.parameters())
     loader = DataLoader(train, batch_size=settings.micro_batch)

@@ -23,9 +23,10 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="where rank 0 saves the final parameters")
     args = parser.parse_args()
     record = train_with_accelerate(Settings(steps=args.steps), cpu=not torch.cuda.is_available())
-    if torch.distributed.get_rank() == 0:
+    if record.process_index == 0:  # the Accelerator's numbering: the script also runs as one plain process
         torch.save(record.parameters, args.out)
-    torch.distributed.destroy_process_group()
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -90,7 +90,7 @@ def test_a_run_longer_than_an_epoch_is_refused_by_name():
 
 
 def test_the_script_under_accelerate_launch_and_torchrun_agrees(tmp_path, both):
-    env = {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "DPEDU_QUIET": "1"}
+    env = {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "DPEDU_QUIET": "1", "HF_HOME": str(tmp_path / "hf")}
     accelerate = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
                   "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
                   "--main_process_port", str(free_port())]
@@ -102,6 +102,23 @@ def test_the_script_under_accelerate_launch_and_torchrun_agrees(tmp_path, both):
     assert all(result.returncode == 0 for result in done), [result.stderr[-2000:] for result in done]
     for name in ("a.pt", "t.pt"):
         assert (torch.load(tmp_path / name) - both[1][0].parameters).abs().max() <= 1e-6
+
+
+def test_the_script_runs_as_one_plain_process_and_under_accelerate_launch_cpu_it_trains_alone(tmp_path):
+    """Backs lesson 14's part 5: under `accelerate launch --cpu --num_processes 2` the script trains alone (one
+    rank's result on the whole data, not two ranks'), as it does started as a plain process (it asks the
+    Accelerator, not torch.distributed, which rank it is). HF_HOME: no `accelerate config` of this machine's
+    may change the launch."""
+    env = {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "DPEDU_QUIET": "1", "HF_HOME": str(tmp_path / "hf")}
+    script = ["-m", "dpedu.scripts.train_accelerate", "--steps", str(SHORT.steps)]
+    trap = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2",
+            "--mixed_precision", "no", "--dynamo_backend", "no"]
+    done = dpedu.run_together([[sys.executable, *script, "--out", str(tmp_path / "alone.pt")],
+                               trap + script + ["--out", str(tmp_path / "trap.pt")]], timeout=120, env=env)
+    assert all(result.returncode == 0 for result in done), [result.stderr[-2000:] for result in done]
+    alone = dpedu.launch(train_by_hand, 1, (SHORT,))[0].parameters  # one rank with the whole data
+    for name in ("alone.pt", "trap.pt"):
+        assert (torch.load(tmp_path / name) - alone).abs().max() <= 1e-6
 
 
 def _record(values, all_reduces=3, optimizer_steps=3) -> Record:
