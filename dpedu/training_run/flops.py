@@ -93,7 +93,9 @@ def peak_flops(device: torch.device | str = "cpu", dtype: torch.dtype = torch.fl
 
 def mfu(tokens_per_second: float, flops_per_token: float, peak: float) -> float:
     """Model FLOPs utilisation: the model FLOP/s achieved, ``tokens_per_second`` × ``flops_per_token``, over
-    ``peak``, the peak FLOP/s of all the devices that computed those tokens (ranks × one rank's)."""
+    ``peak``, the peak FLOP/s of all the devices that computed those tokens: ranks × one rank's where each rank
+    has a device of its own. Lesson 13 passes ranks × one core's peak on an oversubscribed machine too, which
+    counts cores it does not have (4 ranks on 2 cores: half the machine's MFU), and says so where it prints it."""
     real("tokens_per_second", tokens_per_second, at_least=0)
     real("flops_per_token", flops_per_token, above=0)
     real("peak", peak, above=0)
