@@ -333,6 +333,18 @@ CHECKS: list[tuple[str, Check]] = [
 ]
 
 
+def no_kernel_image_remedy() -> str:
+    """What to do where this torch has no kernels for the GPU: CUDA 13 builds leave out GPUs older than Turing
+    (the V100), CUDA 12.6 builds those newer than Hopper (Blackwell)."""
+    if (torch.version.cuda or "").startswith("13"):
+        return (f"this torch was not built for this GPU's architecture (CUDA 13 builds leave out GPUs older than "
+                f"Turing, such as the V100): install torch's CUDA 12.6 build, which still covers Maxwell to Hopper: "
+                f"{cuda12_install()}")
+    return (f"this torch (CUDA {torch.version.cuda}) was not built for this GPU's architecture: a GPU newer than "
+            f"Hopper (Blackwell: RTX 50xx, B200) needs a CUDA 12.8 or later build, PyPI's default CUDA 13 one with "
+            f"driver {gpus.OLDEST_DRIVER[13]} or later")
+
+
 ROOTS = ("environment", "cuda-after-parent-init")  # every later check stands on these: after a FAIL, stop
 REMEDIES = [  # (words in a failure, what to do): the first that matches
     ("GPU lessons failed under nbval", "read the log: a cell whose output differs only because it ran on a GPU "
@@ -345,9 +357,7 @@ REMEDIES = [  # (words in a failure, what to do): the first that matches
                             "which): free them, or ask for the default compute mode"),
     ("system not yet initialized", "on an NVSwitch system (HGX, DGX) the fabric manager is not running: "
                                    "systemctl start nvidia-fabricmanager, then rerun"),
-    ("no kernel image", f"this torch was not built for this GPU's architecture (CUDA 13 builds leave out GPUs "
-                        f"older than Turing, such as the V100): install torch's CUDA 12.6 build, which still covers "
-                        f"Maxwell to Hopper: {cuda12_install()}"),
+    ("no kernel image", no_kernel_image_remedy()),
     ("driver", driver_remedy()),
     ("out of memory", "another program holds the GPUs' memory (nvidia-smi says which): free it and rerun"),
     ("no answer within", "a GPU operation that never returns: rerun with NCCL_P2P_DISABLE=1 (GPUs that cannot "

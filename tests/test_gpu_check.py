@@ -299,6 +299,14 @@ def test_each_known_failure_gets_its_remedy(reason, words):
     assert words in gpu_check.remedy(reason)
 
 
+def test_a_gpu_the_build_has_no_kernels_for_is_sent_the_other_way_on_a_cuda_12_build(monkeypatch):
+    monkeypatch.setattr(torch.version, "cuda", "13.0")  # leaves out the V100: the CUDA 12.6 build has it
+    assert gpu_check.cuda12_install() in gpu_check.no_kernel_image_remedy()
+    monkeypatch.setattr(torch.version, "cuda", "12.6")  # leaves out Blackwell: another cu126 would not help
+    said = gpu_check.no_kernel_image_remedy()
+    assert "CUDA 12.8 or later" in said and "cu126" not in said
+
+
 STUCK = """
 import subprocess, sys, threading, time
 from dpedu import gpu_check

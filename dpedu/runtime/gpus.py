@@ -46,9 +46,12 @@ SHARED_MEMORY_REMEDY = ("NCCL between GPUs needs more shared memory than /dev/sh
                         "--ipc=host or --shm-size=8g (or set NCCL_SHM_DISABLE=1, slower)")
 # The oldest NVIDIA driver that runs the builds of each CUDA major release (NVIDIA's CUDA compatibility guide,
 # minor version compatibility: any 12.x build from 525.60.13 on, any 13.x build from 580.65.06 on). PyPI's default
-# Linux torch is a CUDA 13 build from 2.11 on (2.12.1 to 2.14: 13.0; 2.15: 13.2).
+# Linux torch is a CUDA 13 build from 2.11 on (2.12 to 2.14: 13.0; 2.15: 13.2).
 OLDEST_DRIVER = {12: "525.60.13", 13: "580.65.06"}
 # The CUDA 12 build of each release on pytorch.org's own index (pytorch's RELEASE.md, "Release Compatibility Matrix").
+# CUDA 12.6 has kernels for Maxwell to Hopper, not Blackwell (RTX 50xx, B200), which needs a CUDA 12.8+ build.
+NOT_FOR_BLACKWELL = ("(not on a Blackwell GPU, RTX 50xx or B200, for which this build has no kernels: update "
+                     "the driver there)")
 CUDA12_INDEX = {"2.12": "cu126", "2.13": "cu126", "2.14": "cu126"}
 
 
@@ -174,7 +177,8 @@ def driver_remedy() -> str:
     if built_for is not None and runs == 12 < built_for:
         return (f"this torch ({torch.__version__}) is built for CUDA {torch.version.cuda}, which needs NVIDIA driver "
                 f"{OLDEST_DRIVER[built_for]} or later, and this driver ({driver}) runs CUDA 12 "
-                f"builds: install torch's CUDA 12 build, {cuda12_install()}, or update the driver")
+                f"builds: install torch's CUDA 12 build, {cuda12_install()} {NOT_FOR_BLACKWELL}, or update the "
+                f"driver")
     if built_for is not None and runs is not None and runs < built_for:
         return (f"this torch is built for CUDA {torch.version.cuda}, and this driver ({driver}) is older than any "
                 f"CUDA build of torch 2.12 or later runs on: update the NVIDIA driver")
@@ -191,12 +195,21 @@ def cpu_only_remedy() -> str:
     """What to do where the system lists NVIDIA GPUs but this torch is a CPU-only build: PyPI's default build
     (CUDA 13), or the CUDA 12 build where the driver runs no CUDA 13 build."""
     release = torch.__version__.split("+")[0]
-    start = f"this machine has NVIDIA GPUs but this torch ({torch.__version__}) is a CPU-only build: install"
-    if driver_cuda(driver_version()) == 12:
-        return (f"{start} torch's CUDA 12 build (PyPI's default is a CUDA 13 build, which needs NVIDIA driver "
-                f"{OLDEST_DRIVER[13]} or later; this one is {driver_version()}): {cuda12_install()}")
-    return (f"{start} PyPI's default Linux build, which includes CUDA: {sys.executable} -m pip install "
-            f'--force-reinstall --index-url https://pypi.org/simple "torch=={release}"')
+    driver = driver_version()
+    runs = driver_cuda(driver)
+    start = f"this machine has NVIDIA GPUs but this torch ({torch.__version__}) is a CPU-only build"
+    if runs == 0:
+        return (f"{start}, and its NVIDIA driver ({driver}) is older than any CUDA build of torch 2.12 runs on: "
+                "update it")
+    if runs == 12:
+        return (f"{start}: install torch's CUDA 12 build (PyPI's default is a CUDA 13 build, which needs NVIDIA "
+                f"driver {OLDEST_DRIVER[13]} or later; this one is {driver}): {cuda12_install()} {NOT_FOR_BLACKWELL}")
+    pypi = (f"{sys.executable} -m pip install --force-reinstall --index-url https://pypi.org/simple "
+            f'"torch=={release}"')
+    if runs is None:  # no driver version to read (WSL, say): nvidia-smi's header says which CUDA it runs
+        return (f"{start}: where nvidia-smi's header says \"CUDA Version: 13\" or later, install PyPI's default Linux "
+                f"build, which includes CUDA 13: {pypi}; where it says 12.x, torch's CUDA 12 build: {cuda12_install()}")
+    return f"{start}: install PyPI's default Linux build, which includes CUDA: {pypi}"
 
 
 def shared_memory_bytes() -> int | None:

@@ -126,3 +126,9 @@ def test_a_cpu_only_torch_is_told_pypis_default_build_only_where_the_driver_runs
     assert "pypi.org/simple" in gpus.cpu_only_remedy() and "cu126" not in gpus.cpu_only_remedy()
     fake_driver(monkeypatch, tmp_path, "535.183.01")
     assert gpus.cuda12_install() in gpus.cpu_only_remedy() and "pypi.org" not in gpus.cpu_only_remedy()
+    assert "Blackwell" in gpus.cpu_only_remedy()  # the one GPU family the CUDA 12.6 build cannot serve
+    fake_driver(monkeypatch, tmp_path, "470.57.02")  # too old for any build: no install line at all
+    assert gpus.cpu_only_remedy().endswith("update it") and "pip" not in gpus.cpu_only_remedy()
+    monkeypatch.setattr(gpus, "NVIDIA_PROC", tmp_path / "absent")  # no version to read: nvidia-smi decides
+    said = gpus.cpu_only_remedy()
+    assert "nvidia-smi's header" in said and "pypi.org/simple" in said and gpus.cuda12_install() in said
