@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from dpedu.runtime.failures import leftover_processes
+from dpedu.runtime.commands import stop_with_their_sessions
 from dpedu.runtime.machine_load import machine_limit, parallel_speedup
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,20 +125,9 @@ def run(notebooks: list[Path], together: bool, busy_core: bool, record: Path | N
                 process.wait(timeout=1800)
                 ok &= report(nb.stem, process, log, time.perf_counter() - began, record)
         return ok
-    finally:
-        for process in [*running, *([hog] if hog else [])]:
-            stop(process)
+    finally:  # nbval's kernels and their ranks run in sessions of their own: stopped too
+        stop_with_their_sessions([*running, *([hog] if hog else [])])
         shutil.rmtree(work, ignore_errors=True)
-
-
-def stop(process: subprocess.Popen) -> None:
-    """Kill ``process`` and all it started: nbval's kernels and their ranks run in sessions of their own."""
-    for pid in [process.pid, *leftover_processes(process.pid)]:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    process.wait()
 
 
 def main() -> int:

@@ -94,7 +94,7 @@ def run_together(commands: Sequence[Sequence[str]], *, timeout: float, cwd: str 
                                 + (f"; never started: {waiting}" if waiting else ""))
 
         # Stopped: every command's whole session and the sessions it started, whatever happens.
-        with Supervisor(lambda succeeded: _stop_with_their_sessions(processes)) as supervisor:
+        with Supervisor(lambda succeeded: stop_with_their_sessions(processes)) as supervisor:
             supervisor.wait(start_those_due, timeout, timed_out)
         for out, err in outputs:
             out.seek(0)
@@ -109,7 +109,7 @@ def _command_line(pid: int) -> bytes | None:
     return None
 
 
-def _stop_with_their_sessions(processes: list[subprocess.Popen]) -> None:
+def stop_with_their_sessions(processes: list[subprocess.Popen]) -> None:
     """``stop_and_reap`` the commands, then SIGKILL what they started in sessions of their own, which
     signals to the commands' groups do not reach: torchrun starts each worker so, and a worker whose
     agent is stopped before it could stop it would live on. They are listed first, while their parents
