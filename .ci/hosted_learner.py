@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -81,7 +82,8 @@ def main() -> int:
     options = parser.parse_args()
 
     run([str(ROOT / "course"), "wheel"], cwd=ROOT)
-    (wheel,) = sorted((ROOT / "dist").glob("dpedu-*-py3-none-any.whl"))[-1:]
+    version = re.search(r'^__version__ = "(.+)"$', (ROOT / "dpedu" / "__init__.py").read_text(), re.M).group(1)
+    wheel = ROOT / "dist" / f"dpedu-{version}-py3-none-any.whl"  # dist/ may hold older ones
     py = environment(options.venv, options.python, options.torch)
     before = torch_version(py)
     print(f"=== hosted learner: torch {before}, dpedu from {wheel.name}, each notebook alone", flush=True)
