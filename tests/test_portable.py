@@ -1,21 +1,39 @@
-"""Names of Python's os module that Linux has and macOS lacks are only called where their absence is handled: a
-lesson run on a Mac must not stop at an AttributeError (lesson 13 once did, at os.sched_getaffinity)."""
+"""Names of Python's os and signal modules that Linux has and macOS lacks are only used where their absence is
+handled: a lesson run on a Mac must not stop at an AttributeError (lesson 13 once did, at os.sched_getaffinity).
+The names are those CI's macOS-like pass removes (.ci/as_on_macos/sitecustomize.py), which is checked here too:
+a process started with it on PYTHONPATH meets macOS's os module, spawn as the default start method, and no /proc."""
 
+import ast
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LINUX_ONLY = ("sched_getaffinity", "sched_setaffinity", "pidfd_open", "waitid")
+AS_ON_MACOS = ROOT / ".ci" / "as_on_macos"
+
+
+def linux_only() -> dict[str, tuple[str, ...]]:
+    """LINUX_ONLY of the macOS-like pass, read from its source (importing it would change this process)."""
+    tree = ast.parse((AS_ON_MACOS / "sitecustomize.py").read_text())
+    [value] = [node.value for node in tree.body if isinstance(node, ast.Assign)
+               and [target.id for target in node.targets if isinstance(target, ast.Name)] == ["LINUX_ONLY"]]
+    return ast.literal_eval(value)
+
+
+LINUX_ONLY = [(module, name) for module, names in linux_only().items() for name in names]
 # Code that runs on Linux alone, by its own check: a local Slurm cluster refuses every other system first
 # (slurm.unavailable_reason)
-LINUX_ONLY_CODE = {"dpedu/cluster/slurm.py"}
+LINUX_ONLY_CODE = {"dpedu/cluster/slurm.py",
+                   ".ci/as_on_macos/sitecustomize.py"}  # and the emulation, which names them to remove them
 
 
 def unguarded(source: str) -> list[str]:
     """The Linux-only names ``source`` calls without asking whether this os module has them."""
-    return [name for name in LINUX_ONLY
-            if re.search(rf"\bos\.{name}\(", source) and not re.search(rf"hasattr\(os, [\"']{name}[\"']\)", source)]
+    return [name for module, name in LINUX_ONLY if re.search(rf"\b{module}\.{name}\b", source)
+            and not re.search(rf"hasattr\({module}, [\"']{name}[\"']\)", source)]
 
 
 def sources() -> list[tuple[str, str]]:
@@ -30,10 +48,27 @@ def sources() -> list[tuple[str, str]]:
 
 def test_linux_only_calls_are_guarded_everywhere_a_mac_runs():
     bad = {where: names for where, code in sources() if where not in LINUX_ONLY_CODE and (names := unguarded(code))}
-    assert not bad, f"calls that stop on macOS (guard them with hasattr(os, NAME)): {bad}"
+    assert not bad, f"calls that stop on macOS (guard them with hasattr(MODULE, NAME)): {bad}"
 
 
 def test_the_rule_sees_an_unguarded_call_and_accepts_a_guarded_one():
     assert unguarded("usable = len(os.sched_getaffinity(0))") == ["sched_getaffinity"]
     assert unguarded('n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()') == []
     assert unguarded("os.cpu_count()") == []
+    assert unguarded("signal.pidfd_send_signal(fd, signal.SIGKILL)") == ["pidfd_send_signal"]
+    assert unguarded("os.waitid(os.P_PIDFD, fd, os.WEXITED)") == ["P_PIDFD", "waitid"]
+
+
+def test_the_macos_like_pass_meets_macos_os_module_start_method_and_no_proc():
+    probe = """
+import multiprocessing, os, pathlib, signal
+print(hasattr(os, "sched_getaffinity"), hasattr(os, "waitid"), hasattr(signal, "pidfd_send_signal"))
+print(multiprocessing.get_start_method(), pathlib.Path("/proc").exists(), os.path.exists("/proc/self/stat"))
+try:
+    open("/proc/self/stat")
+except FileNotFoundError as error:
+    print("no /proc:", error.filename)
+"""
+    environ = {**os.environ, "PYTHONPATH": str(AS_ON_MACOS)}
+    seen = subprocess.run([sys.executable, "-c", probe], env=environ, capture_output=True, text=True, timeout=60)
+    assert seen.stdout.splitlines() == ["False False False", "spawn False False", "no /proc: /proc/self/stat"], seen
