@@ -13,6 +13,7 @@ so nothing is installed; and, where this runs as root and setpriv exists, as the
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -128,9 +129,12 @@ def calls(venv: Path) -> list[list[str]]:
     return [line.split("\t") for line in lines if line != "python\t-m\tpip\t--version"]
 
 
-def course(bash: str, venv: Path, *args: str, user: list[str] | None = None, **env: str):
-    """./course args, run by `bash` with nothing from this environment but PATH (env -i), as `user` if given."""
-    path = f"{Path(bash).parent}:/usr/bin:/bin"
+def course(bash: str, venv: Path, *args: str, user: list[str] | None = None, first_on_path: Path | None = None,
+           **env: str):
+    """./course args, run by `bash` with nothing from this environment but PATH (env -i), as `user` if given;
+    commands in `first_on_path` stand in for the system's."""
+    path = f"{str(first_on_path) + ':' if first_on_path else ''}{Path(bash).parent}:/usr/bin:/bin"
+    env.setdefault("DPEDU_WORK", str(venv / "work"))  # the learner's copies: never the repository's my-notebooks/
     command = [*(user or []), "env", "-i", f"PATH={path}", f"DPEDU_VENV={venv}",
                *(f"{name}={value}" for name, value in env.items()), bash, str(COURSE), *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=60)
@@ -159,9 +163,9 @@ def test_lab_installs_requirements_once_and_test_adds_the_test_tools(bash, venv)
     assert first.returncode == 0, first.stderr
     assert "Installing requirements.txt" in first.stderr and " GB" in first.stderr  # no torch in it: its size
     assert calls(venv) == [[*install, "requirements.txt", "-e", "."],
-                           ["jupyter", "lab", "notebooks/", *as_root, "--port", "9999"]]
+                           ["jupyter", "lab", f"{venv}/work/", *as_root, "--port", "9999"]]
     assert course(bash, venv, "lab").returncode == 0
-    assert calls(venv) == [["jupyter", "lab", "notebooks/", *as_root]]
+    assert calls(venv) == [["jupyter", "lab", f"{venv}/work/", *as_root]]
 
     (venv / "lib" / "python3.99" / "site-packages" / "torch").mkdir(parents=True)
     more = course(bash, venv, "test", "-x", "tests/")
@@ -170,7 +174,7 @@ def test_lab_installs_requirements_once_and_test_adds_the_test_tools(bash, venv)
     assert course(bash, venv, "check-gpu", "--help").returncode == 0
     assert calls(venv) == [["python", "-m", "dpedu.gpu_check", "--help"]]
     assert course(bash, venv, "lab").returncode == 0
-    assert calls(venv) == [["jupyter", "lab", "notebooks/", *as_root]]
+    assert calls(venv) == [["jupyter", "lab", f"{venv}/work/", *as_root]]
 
 
 @each_bash
@@ -198,7 +202,7 @@ def test_wheel_builds_the_package_alone_and_installs_nothing(bash, venv):
     assert run.returncode == 0, run.stderr
     build = ["python", "-m", "pip", "wheel", "--disable-pip-version-check", "--no-deps", "-w", "dist", "."]
     assert calls(venv) == [build]
-    version = re.search(r'^version = "(.+)"$', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
+    version = re.search(r'^__version__ = "(.+)"$', (ROOT / "dpedu" / "__init__.py").read_text(), re.M).group(1)
     assert f"pip install dist/dpedu-{version}-py3-none-any.whl" in run.stdout
 
 
@@ -231,4 +235,106 @@ def test_lab_as_a_user_who_is_not_root(bash, venv):
         pytest.skip(f"the user nobody cannot read {COURSE}")
     run = course(bash, venv, "lab", "--no-browser", user=nobody)
     assert run.returncode == 0, run.stderr
-    assert calls(venv)[-1] == ["jupyter", "lab", "notebooks/", "--no-browser"]
+    assert calls(venv)[-1] == ["jupyter", "lab", f"{venv}/work/", "--no-browser"]
+
+
+def a_mac(folder: Path, machine: str, version: str = "3.12", apple_silicon: bool = True) -> Path:
+    """Stand-ins for a Mac's uname and sysctl, and for a Python of that `machine` and `version`, in `folder`."""
+    older = "1" if tuple(map(int, version.split("."))) < (3, 10) else "0"
+    stand_ins = {
+        "uname": 'echo Darwin',
+        "sysctl": f'[ "$*" = "-n hw.optional.arm64" ] && echo {int(apple_silicon)}',
+        "python3": f'case "$*" in *version_info*) exit {older} ;; *platform.machine*) echo {machine}; exit 0 ;; esac\n'
+                   'echo "made a venv: $*" >&2; exit 1',
+    }
+    for name, body in stand_ins.items():
+        (folder / name).write_text(f"#!/bin/sh\n{body}\n")
+        (folder / name).chmod(0o755)
+    return folder
+
+
+@each_bash
+@pytest.mark.parametrize(("apple_silicon", "cure"), [(True, "arm64 Python"), (False, "Linux container")])
+def test_a_mac_with_an_intel_python_is_stopped_before_anything_is_installed(bash, tmp_path, apple_silicon, cure):
+    mac = a_mac(tmp_path, "x86_64", apple_silicon=apple_silicon)
+    run = course(bash, tmp_path / "no-venv-yet", "lab", first_on_path=mac, PYTHON="python3")
+    assert run.returncode == 1 and cure in run.stderr and "2.2.2" in run.stderr, run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1 and "made a venv" not in run.stderr
+    assert not (tmp_path / "no-venv-yet").exists()
+
+
+@each_bash
+def test_a_mac_with_macos_own_python_3_9_is_told_to_install_a_newer_one(bash, tmp_path):
+    run = course(bash, tmp_path / "no-venv-yet", "test", first_on_path=a_mac(tmp_path, "arm64", "3.9"),
+                 PYTHON="python3")
+    assert run.returncode == 1 and "3.9" in run.stderr and "PYTHON=python3.12 ./course test" in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1 and "made a venv" not in run.stderr
+
+
+@each_bash
+def test_an_arm64_python_on_a_mac_goes_on_to_make_the_venv(bash, tmp_path):
+    """The check lets Apple silicon's own Python through (the stand-in then fails making the venv, as it should)."""
+    run = course(bash, tmp_path / "no-venv-yet", "lab", first_on_path=a_mac(tmp_path, "arm64"), PYTHON="python3")
+    assert "made a venv: -m venv" in run.stderr, run.stderr
+
+
+def notebook(text: str) -> str:
+    return json.dumps({"cells": [{"cell_type": "markdown", "id": "a", "metadata": {}, "source": [text]}],
+                      "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, indent=1) + "\n"
+
+
+@each_bash
+def test_update_day_keeps_the_learners_runs_and_brings_the_new_lessons(bash, venv, tmp_path):
+    """A learner runs lessons, the course changes (a lesson edited, one added), the learner pulls: the pull
+    succeeds, every notebook opens, the runs are kept, the new lesson is there, the changed one is named, and
+    `reset` gives a fresh copy with the run moved to old/ (the stash-and-pull of before wrote conflict markers
+    into the run notebook, which JupyterLab then could not open)."""
+    if not shutil.which("git"):
+        pytest.skip("no git")
+    git = ["git", "-c", "user.name=course", "-c", "user.email=course@example.org", "-c", "pull.rebase=false"]
+    upstream, clone = tmp_path / "upstream", tmp_path / "clone"
+    (upstream / "notebooks").mkdir(parents=True)
+    for name in ("course", "requirements.txt", "requirements-test.txt", "pyproject.toml", ".gitignore"):
+        shutil.copy2(ROOT / name, upstream / name)
+    (upstream / "notebooks" / "00_welcome.ipynb").write_text(notebook("welcome"))
+    (upstream / "notebooks" / "03_ddp.ipynb").write_text(notebook("DDP"))
+    subprocess.run([*git, "init", "-q", "-b", "main", str(upstream)], check=True)
+    subprocess.run([*git, "-C", str(upstream), "add", "."], check=True)
+    subprocess.run([*git, "-C", str(upstream), "commit", "-q", "-m", "the course"], check=True)
+    subprocess.run([*git, "clone", "-q", str(upstream), str(clone)], check=True)
+
+    def course_here(*args):
+        return subprocess.run(["env", "-i", f"PATH={Path(bash).parent}:/usr/bin:/bin", f"DPEDU_VENV={venv}", bash,
+                               str(clone / "course"), *args], capture_output=True, text=True, timeout=60)
+
+    first = course_here("lab")
+    mine = clone / "my-notebooks"
+    assert first.returncode == 0 and f"{mine.name}/: git leaves them alone" in first.stderr, first.stderr
+    assert calls(venv)[-1][:3] == ["jupyter", "lab", "my-notebooks/"]
+    (mine / "03_ddp.ipynb").write_text(notebook("DDP, run by the learner"))  # what saving a run does
+
+    (upstream / "notebooks" / "03_ddp.ipynb").write_text(notebook("DDP, corrected"))
+    (upstream / "notebooks" / "04_collectives.ipynb").write_text(notebook("collectives"))
+    subprocess.run([*git, "-C", str(upstream), "add", "."], check=True)
+    subprocess.run([*git, "-C", str(upstream), "commit", "-q", "-m", "update day"], check=True)
+    pulled = subprocess.run([*git, "-C", str(clone), "pull", "-q"], capture_output=True, text=True)
+    assert pulled.returncode == 0, pulled.stderr
+
+    after = course_here("lab")
+    assert after.returncode == 0, after.stderr
+    assert "New lessons copied into my-notebooks/: 04" in after.stderr
+    assert "Changed in the course since you copied them: 03." in after.stderr
+    for path in [*mine.glob("*.ipynb"), *(clone / "notebooks").glob("*.ipynb")]:
+        json.loads(path.read_text())  # every notebook opens
+    assert (mine / "03_ddp.ipynb").read_text() == notebook("DDP, run by the learner")
+    assert (mine / "04_collectives.ipynb").read_text() == notebook("collectives")
+
+    reset = course_here("reset", "3")
+    assert reset.returncode == 0, reset.stderr
+    assert (mine / "03_ddp.ipynb").read_text() == notebook("DDP, corrected")
+    [kept] = (mine / "old").glob("03_ddp.*.ipynb")
+    assert kept.read_text() == notebook("DDP, run by the learner")
+    assert "Changed in the course" not in course_here("copy").stderr
+    assert course_here("reset", "7").returncode == 2 and "the lessons are 00 03 04" in course_here("reset", "7").stderr
+    status = subprocess.run(["git", "-C", str(clone), "status", "--porcelain"], capture_output=True, text=True)
+    assert status.stdout == ""  # the runs are invisible to git: the next pull cannot conflict with them
