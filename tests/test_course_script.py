@@ -267,8 +267,15 @@ def test_a_mac_with_an_intel_python_is_stopped_before_anything_is_installed(bash
 def test_a_mac_with_macos_own_python_3_9_is_told_to_install_a_newer_one(bash, tmp_path):
     run = course(bash, tmp_path / "no-venv-yet", "test", first_on_path=a_mac(tmp_path, "arm64", "3.9"),
                  PYTHON="python3")
-    assert run.returncode == 1 and "3.9" in run.stderr and "PYTHON=python3.12 ./course test" in run.stderr
+    assert run.returncode == 1 and "3.9" in run.stderr and "PYTHON=python3.X ./course test" in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1 and "made a venv" not in run.stderr
+
+
+@each_bash
+def test_a_python_that_is_not_there_is_named_as_missing_not_as_too_old(bash, tmp_path):
+    run = course(bash, tmp_path / "no-venv-yet", "lab", first_on_path=a_mac(tmp_path, "arm64"), PYTHON="python3.99")
+    assert run.returncode == 1 and "There is no python3.99 here" in run.stderr, run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1
 
 
 @each_bash
@@ -278,9 +285,12 @@ def test_an_arm64_python_on_a_mac_goes_on_to_make_the_venv(bash, tmp_path):
     assert "made a venv: -m venv" in run.stderr, run.stderr
 
 
-def notebook(text: str) -> str:
-    return json.dumps({"cells": [{"cell_type": "markdown", "id": "a", "metadata": {}, "source": [text]}],
-                      "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, indent=1) + "\n"
+def notebook(text: str, first_cell: str = "# The course's helper package, dpedu 0.2.0 or later") -> str:
+    return json.dumps({"cells": [
+        {"cell_type": "code", "execution_count": None, "id": "f", "metadata": {}, "outputs": [],
+         "source": [first_cell]},
+        {"cell_type": "markdown", "id": "a", "metadata": {}, "source": [text]}],
+        "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, indent=1) + "\n"
 
 
 @each_bash
@@ -313,6 +323,7 @@ def test_update_day_keeps_the_learners_runs_and_brings_the_new_lessons(bash, ven
     assert calls(venv)[-1][:3] == ["jupyter", "lab", "my-notebooks/"]
     (mine / "03_ddp.ipynb").write_text(notebook("DDP, run by the learner"))  # what saving a run does
 
+    (upstream / "notebooks" / "00_welcome.ipynb").write_text(notebook("welcome", "# The course's helper, 0.3.0"))
     (upstream / "notebooks" / "03_ddp.ipynb").write_text(notebook("DDP, corrected"))
     (upstream / "notebooks" / "04_collectives.ipynb").write_text(notebook("collectives"))
     subprocess.run([*git, "-C", str(upstream), "add", "."], check=True)
@@ -323,18 +334,30 @@ def test_update_day_keeps_the_learners_runs_and_brings_the_new_lessons(bash, ven
     after = course_here("lab")
     assert after.returncode == 0, after.stderr
     assert "New lessons copied into my-notebooks/: 04" in after.stderr
-    assert "Changed in the course since you copied them: 03." in after.stderr
+    assert "Changed in the course since you copied them: 03. ./course reset NN" in after.stderr  # 00's first cell
     for path in [*mine.glob("*.ipynb"), *(clone / "notebooks").glob("*.ipynb")]:
         json.loads(path.read_text())  # every notebook opens
     assert (mine / "03_ddp.ipynb").read_text() == notebook("DDP, run by the learner")
     assert (mine / "04_collectives.ipynb").read_text() == notebook("collectives")
 
-    reset = course_here("reset", "3")
+    reset = course_here("reset", "3", "03")  # twice within a second: the learner's run is still kept
     assert reset.returncode == 0, reset.stderr
     assert (mine / "03_ddp.ipynb").read_text() == notebook("DDP, corrected")
-    [kept] = (mine / "old").glob("03_ddp.*.ipynb")
-    assert kept.read_text() == notebook("DDP, run by the learner")
+    kept = sorted(path.read_text() for path in (mine / "old").glob("03_ddp.*.ipynb"))
+    assert kept == sorted([notebook("DDP, run by the learner"), notebook("DDP, corrected")])
     assert "Changed in the course" not in course_here("copy").stderr
     assert course_here("reset", "7").returncode == 2 and "the lessons are 00 03 04" in course_here("reset", "7").stderr
     status = subprocess.run(["git", "-C", str(clone), "status", "--porcelain"], capture_output=True, text=True)
     assert status.stdout == ""  # the runs are invisible to git: the next pull cannot conflict with them
+
+    by_hand = tmp_path / "copied by hand"  # as `cp -r notebooks ...` made them: no record of the course's version
+    shutil.copytree(clone / "notebooks", by_hand)
+    told = course_here("copy", str(by_hand))
+    assert told.returncode == 0 and "Changed" not in told.stderr and "New lessons" not in told.stderr, told.stderr
+    assert course_here("reset", "04").returncode == 0  # in my-notebooks: DPEDU_WORK names another folder
+    hub = course_here("copy", str(tmp_path / "home dpedu"))
+    assert f'DPEDU_WORK="{tmp_path / "home dpedu"}" {clone / "course"} reset NN' in hub.stderr, hub.stderr
+    refused = subprocess.run(["env", "-i", f"PATH={Path(bash).parent}:/usr/bin:/bin", f"DPEDU_VENV={venv}",
+                              f"DPEDU_WORK={clone / 'notebooks'}", bash, str(clone / "course"), "reset", "03"],
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "the course's own notebooks/" in refused.stderr

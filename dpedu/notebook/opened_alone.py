@@ -52,9 +52,12 @@ OLD_TORCH_HOSTED = (f"This runtime's torch {{torch_version}} is older than the c
                     "Restart & clear cell outputs), then run this cell again.")
 OTHER_KERNEL = ("This notebook runs on a kernel without dpedu, and the course's kernel is installed here: pick "
                 "'Python (dpedu course)' (Kernel, Change Kernel), then run this cell again.")
-STALE = (f"This lesson needs dpedu {VERSION} or later, and this kernel has {{dpedu_version}}, from an older wheel: run "
-         f"`%pip install {WHEEL}` (built from the course as it is now, by `./course wheel`), restart the kernel, "
-         "then run this cell again. In a clone: ./course lab.")
+STALE = (f"This lesson needs dpedu {VERSION} or later, and this kernel has {{dpedu_version}}. If the course was "
+         "updated since this kernel started, restart the kernel; otherwise install a wheel built from the course as "
+         f"it is now (`./course wheel`): `%pip install {WHEEL}`, then restart the kernel and run this cell again.")
+NOT_A_PACKAGE = ("This kernel has no dpedu: `import dpedu` found only the folder {list(dpedu.__path__)[0]}, which "
+                 "is not the course's package. Pick the kernel 'Python (dpedu course)' (Kernel, Change Kernel), or "
+                 "install dpedu (README: Without installing anything), then restart the kernel.")
 
 
 def _wrapped(text: str, indent: int, width: int = 80) -> str:
@@ -80,6 +83,8 @@ FIRST_CELL = f"""\
 # The course's helper package, dpedu {VERSION} or later. In a clone, `./course lab` installs it. Opened alone,
 # in Colab or Kaggle this cell installs it; anywhere else it says what to run (README: "Without installing
 # anything").
+import re
+
 try:
     import dpedu
 except ModuleNotFoundError:
@@ -108,10 +113,11 @@ except ModuleNotFoundError:
         other_kernel = False
     if other_kernel and not hosted:
         raise SystemExit({_wrapped(OTHER_KERNEL, 25)}) from None
-    wheels = sorted(glob.glob("dpedu-*.whl") + glob.glob("/content/drive/MyDrive/dpedu-*.whl")
-                    + glob.glob("/kaggle/input/**/dpedu-*.whl", recursive=True),
-                    key=lambda path: [int(part) for part in os.path.basename(path).split("-")[1].split(".")])
-    source = os.environ.get("DPEDU_SOURCE") or (wheels[-1] if wheels else {PUBLISHED_AT!r})
+    wheels = {{tuple(int(part) for part in named.group(1).split(".")): path  # the newest by version, not by name
+              for path in glob.glob("dpedu-*.whl") + glob.glob("/content/drive/MyDrive/dpedu-*.whl")
+              + glob.glob("/kaggle/input/**/dpedu-*.whl", recursive=True)
+              if (named := re.match(r"dpedu-(\\d+(?:\\.\\d+)*)-.+\\.whl$", os.path.basename(path)))}}
+    source = os.environ.get("DPEDU_SOURCE") or (wheels[max(wheels)] if wheels else {PUBLISHED_AT!r})
     if not (source and hosted):
         if hosted == "Colab":
             raise SystemExit({_wrapped(NO_WHEEL["Colab"], 29)}) from None
@@ -125,8 +131,11 @@ except ModuleNotFoundError:
                          + "\\n".join(pip.stderr.strip().splitlines()[-5:])) from None
     importlib.invalidate_caches()
     import dpedu
+if getattr(dpedu, "__file__", None) is None:  # a folder named dpedu where the kernel started, no package
+    raise SystemExit({_wrapped(NOT_A_PACKAGE, 21)})
 dpedu_version = getattr(dpedu, "__version__", "0.1.0")  # 0.1.0, the first, had none
-if tuple(int(part) for part in dpedu_version.split(".")) < {_version_tuple(VERSION)!r}:
+dpedu_parts = re.findall(r"\\d+", dpedu_version.split("+")[0])  # "0.3.0.dev1" and "0.2" read as 0.3.0 and 0.2.0
+if (tuple(int(part) for part in dpedu_parts[:3]) + (0, 0))[:3] < {_version_tuple(VERSION)!r}:
     raise SystemExit({_wrapped(STALE, 21)})"""
 
 

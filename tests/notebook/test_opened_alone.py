@@ -80,30 +80,44 @@ def test_a_kernel_without_dpedu_beside_the_course_kernel_is_told_to_switch(monke
     assert len(run_first_cell(monkeypatch, tmp_path, {"COLAB_RELEASE_TAG": "x"}, kernels=[spec])) == 1
 
 
-@pytest.mark.parametrize("installed", ["0.1.0", None, "0.1.99"])
+def installed_dpedu(version: str | None) -> types.ModuleType:
+    """A stand-in for an installed dpedu of that version (None: the first, 0.1.0, which had no __version__)."""
+    module = types.ModuleType("dpedu")
+    module.__file__ = "/site-packages/dpedu/__init__.py"
+    if version:
+        module.__version__ = version
+    return module
+
+
+@pytest.mark.parametrize("installed", ["0.1.0", None, "0.1.99", "0.1.9.dev0", "0.1"])
 def test_an_older_dpedu_is_told_to_reinstall_and_restart(monkeypatch, installed):
-    older = types.ModuleType("dpedu")
-    if installed:
-        older.__version__ = installed
-    monkeypatch.setitem(sys.modules, "dpedu", older)
+    monkeypatch.setitem(sys.modules, "dpedu", installed_dpedu(installed))
     with pytest.raises(SystemExit) as stopped:
         exec(FIRST_CELL, {})
     said = str(stopped.value)
-    assert f"has {installed or '0.1.0'}, from an older wheel" in said and f"%pip install {opened_alone.WHEEL}" in said
-    assert "restart the kernel" in said and "\n" not in said
+    assert f"this kernel has {installed or '0.1.0'}. If the course was updated" in said
+    assert f"%pip install {opened_alone.WHEEL}" in said and "restart the kernel" in said and "\n" not in said
 
 
-@pytest.mark.parametrize("installed", [dpedu.__version__, "0.10.0", "9.0.0"])
+@pytest.mark.parametrize("installed", [dpedu.__version__, "0.10.0", "9.0.0", "0.3.0.dev1", "0.2.0+local", "0.2"])
 def test_this_dpedu_or_a_newer_one_goes_on(monkeypatch, installed):
-    newer = types.ModuleType("dpedu")
-    newer.__version__ = installed
-    monkeypatch.setitem(sys.modules, "dpedu", newer)
+    monkeypatch.setitem(sys.modules, "dpedu", installed_dpedu(installed))
     exec(FIRST_CELL, {})
+
+
+def test_a_folder_named_dpedu_in_place_of_the_package_is_named(monkeypatch):
+    folder = types.ModuleType("dpedu")  # what `import dpedu` gives for a folder without __init__.py: no __file__
+    folder.__path__ = ["/home/learner/dpedu"]
+    monkeypatch.setitem(sys.modules, "dpedu", folder)
+    with pytest.raises(SystemExit, match="found only the folder /home/learner/dpedu, which is not the course's"):
+        exec(FIRST_CELL, {})
 
 
 def test_the_newest_wheel_is_installed_by_version_not_by_name(monkeypatch, tmp_path):
     for version in ("0.9.0", "0.10.0", "0.2.0"):  # by name, 0.9.0 would be last
         (tmp_path / f"dpedu-{version}-py3-none-any.whl").write_bytes(b"")
+    for odd in ("dpedu-latest.whl", "dpedu-0.11.0.whl", "dpedu-0.12.0.dev1-py3-none-any.whl"):  # not pip's names
+        (tmp_path / odd).write_bytes(b"")
     assert run_first_cell(monkeypatch, tmp_path, {"COLAB_RELEASE_TAG": "x"})[0][-1] == "dpedu-0.10.0-py3-none-any.whl"
 
 
