@@ -66,3 +66,11 @@ def test_the_digest_sees_a_one_character_change(tmp_path):
     (package / "scripts" / "job.sbatch").write_text("#SBATCH --nodes=1\n")
     (package / "notes.md").write_text("not in the wheel")
     assert files_digest(package) == before
+
+
+def test_the_changelog_says_what_this_version_changed():
+    import dpedu
+
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    assert re.search(rf"^## {re.escape(dpedu.__version__)} \(\d{{4}}-\d\d-\d\d\)$", changelog, re.M), (
+        f"CHANGELOG.md has no section for dpedu {dpedu.__version__}: add one, with its date, saying what changed")
