@@ -4,7 +4,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from dpedu import launch
-from dpedu.data_parallel import equivalence
+from dpedu.data_parallel import equivalence, sync_batchnorm
 from dpedu.models import largest_difference
 
 
@@ -93,14 +93,14 @@ def test_the_gradient_gap_of_per_replica_batchnorm_shrinks_with_the_batch_and_va
 
 
 def test_one_step_of_sync_batchnorm_equals_the_whole_batch_in_one_process():
+    """Within 1e-5 of each value's largest, lesson 08's comparison: the parameter gradients reach about 44, where
+    float32's rounding alone differs by 1.5e-5 between thread counts (an absolute 1e-5 failed with 1 thread)."""
     reference = equivalence.batchnorm_step([3, 1, 2], "plain")
     ranks = launch(equivalence.batchnorm_step, 3, args=([3, 1, 2], "dpedu"))
-    for key in ("output", "input grad"):
-        assert torch.allclose(torch.cat([r[key] for r in ranks]), reference[key], atol=1e-5)
-    for key in ("parameter grads", "running statistics", "eval output"):
-        assert all(torch.allclose(r[key], reference[key], atol=1e-5) for r in ranks), key
+    for key in ("output", "input grad", "parameter grads", "running statistics", "eval output"):
+        assert sync_batchnorm.largest_gap(ranks, reference, key) < 1e-5, key
     per_replica = launch(equivalence.batchnorm_step, 3, args=([3, 1, 2], "plain"))
-    assert not torch.allclose(torch.cat([r["output"] for r in per_replica]), reference["output"], atol=1e-3)
+    assert sync_batchnorm.largest_gap(per_replica, reference, "output") > 1e-3
 
 
 def test_without_a_gpu_per_rank_dpedu_sync_batchnorm_runs_on_cpu_ranks(fake_gpus, monkeypatch):
