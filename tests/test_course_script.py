@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from dpedu.notebook import opened_alone
+
 ROOT = Path(__file__).resolve().parent.parent
 COURSE = ROOT / "course"
 BEFORE_THE_FIX = "fc68e96e97f625131e974fa6202072990a0d8f27"  # HEAD when the bash 3.2 failure was reported
@@ -202,8 +204,7 @@ def test_wheel_builds_the_package_alone_and_installs_nothing(bash, venv):
     assert run.returncode == 0, run.stderr
     build = ["python", "-m", "pip", "wheel", "--disable-pip-version-check", "--no-deps", "-w", "dist", "."]
     assert calls(venv) == [build]
-    version = re.search(r'^__version__ = "(.+)"$', (ROOT / "dpedu" / "__init__.py").read_text(), re.M).group(1)
-    assert f"pip install dist/dpedu-{version}-py3-none-any.whl" in run.stdout
+    assert f"pip install dist/{opened_alone.WHEEL}" in run.stdout
 
 
 @each_bash
@@ -313,9 +314,10 @@ def test_update_day_keeps_the_learners_runs_and_brings_the_new_lessons(bash, ven
     subprocess.run([*git, "-C", str(upstream), "commit", "-q", "-m", "the course"], check=True)
     subprocess.run([*git, "clone", "-q", str(upstream), str(clone)], check=True)
 
-    def course_here(*args):
-        return subprocess.run(["env", "-i", f"PATH={Path(bash).parent}:/usr/bin:/bin", f"DPEDU_VENV={venv}", bash,
-                               str(clone / "course"), *args], capture_output=True, text=True, timeout=60)
+    def course_here(*args, **env):
+        return subprocess.run(["env", "-i", f"PATH={Path(bash).parent}:/usr/bin:/bin", f"DPEDU_VENV={venv}",
+                               *(f"{name}={value}" for name, value in env.items()), bash, str(clone / "course"),
+                               *args], capture_output=True, text=True, timeout=60)
 
     first = course_here("lab")
     mine = clone / "my-notebooks"
@@ -357,7 +359,5 @@ def test_update_day_keeps_the_learners_runs_and_brings_the_new_lessons(bash, ven
     assert course_here("reset", "04").returncode == 0  # in my-notebooks: DPEDU_WORK names another folder
     hub = course_here("copy", str(tmp_path / "home dpedu"))
     assert f'DPEDU_WORK="{tmp_path / "home dpedu"}" {clone / "course"} reset NN' in hub.stderr, hub.stderr
-    refused = subprocess.run(["env", "-i", f"PATH={Path(bash).parent}:/usr/bin:/bin", f"DPEDU_VENV={venv}",
-                              f"DPEDU_WORK={clone / 'notebooks'}", bash, str(clone / "course"), "reset", "03"],
-                             capture_output=True, text=True, timeout=60)
+    refused = course_here("reset", "03", DPEDU_WORK=clone / "notebooks")
     assert refused.returncode == 2 and "the course's own notebooks/" in refused.stderr

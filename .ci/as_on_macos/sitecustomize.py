@@ -56,7 +56,7 @@ def _hidden(path: object) -> bool:
 
 
 def _without_proc(module, name: str, path_keyword: str):
-    """``module.name`` replaced by a function that raises FileNotFoundError for a path in /proc and otherwise
+    """Replace ``module.name`` by a function that raises FileNotFoundError for a path in /proc and otherwise
     calls the original, whatever the arguments; it keeps the original's place in os.supports_* and pickles as
     ``module.name`` does."""
     original = getattr(module, name)
@@ -73,18 +73,18 @@ def _without_proc(module, name: str, path_keyword: str):
     for supports in ("supports_dir_fd", "supports_fd", "supports_follow_symlinks", "supports_effective_ids"):
         if original in getattr(os, supports):
             getattr(os, supports).add(call_unless_hidden)
-    return call_unless_hidden
 
 
-_wrapped = {name: _without_proc(os, name, "path") for name in ("stat", "lstat", "listdir", "scandir", "open", "access")}
+for name in ("stat", "lstat", "listdir", "scandir", "open", "access"):
+    _without_proc(os, name, "path")
 _without_proc(builtins, "open", "file")
-_wrapped["io.open"] = _without_proc(io, "open", "file")
+_without_proc(io, "open", "file")
 
 # Python 3.10's pathlib calls these through an accessor class that copied them when pathlib was imported (which
 # a .pth file of an editable install may have done before this ran): it is given the wrapped ones.
 import pathlib  # noqa: E402 - after the wrapping, so that a pathlib imported only now copies the wrapped ones
 
 if hasattr(pathlib, "_NormalAccessor"):
-    for name in ("stat", "lstat", "listdir", "scandir", "open"):
+    for name, module in (("stat", os), ("lstat", os), ("listdir", os), ("scandir", os), ("open", io)):
         if hasattr(pathlib._NormalAccessor, name):
-            setattr(pathlib._NormalAccessor, name, staticmethod(_wrapped["io.open" if name == "open" else name]))
+            setattr(pathlib._NormalAccessor, name, staticmethod(getattr(module, name)))

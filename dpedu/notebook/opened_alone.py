@@ -74,10 +74,6 @@ def _wrapped(text: str, indent: int, width: int = 80) -> str:
     return ("\n" + " " * indent).join(f'{"f" if "{" in p else ""}"{p}"' for p in pieces)
 
 
-def _version_tuple(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split("."))
-
-
 _BEGINNING = "# The course's helper package"  # how every version of the cell begins
 FIRST_CELL = f"""\
 # The course's helper package, dpedu {VERSION} or later. In a clone, `./course lab` installs it. Opened alone,
@@ -135,7 +131,7 @@ if getattr(dpedu, "__file__", None) is None:  # a folder named dpedu where the k
     raise SystemExit({_wrapped(NOT_A_PACKAGE, 21)})
 dpedu_version = getattr(dpedu, "__version__", "0.1.0")  # 0.1.0, the first, had none
 dpedu_parts = re.findall(r"\\d+", dpedu_version.split("+")[0])  # "0.3.0.dev1" and "0.2" read as 0.3.0 and 0.2.0
-if (tuple(int(part) for part in dpedu_parts[:3]) + (0, 0))[:3] < {_version_tuple(VERSION)!r}:
+if (tuple(int(part) for part in dpedu_parts[:3]) + (0, 0))[:3] < {tuple(map(int, VERSION.split('.')))!r}:
     raise SystemExit({_wrapped(STALE, 21)})"""
 
 
