@@ -7,8 +7,8 @@ scikit-learn) and the test runners (pytest, nbval, pytest-timeout). dpedu comes 
    and COLAB_RELEASE_TAG set: its first cell must install dpedu itself, quietly, and leave torch as it was;
 2. every other notebook is copied alone into an empty folder of its own and run by strict nbval there,
    with no conftest.py, no images/ and no scripts beside it;
-3. with --unit-tests, the unit tests run in the same environment, but for those whose subject is the same on
-   every torch (SAME_ON_EVERY_TORCH: pass 1 runs them).
+3. with --unit-tests, the unit tests whose subject is torch's own behaviour (ON_EVERY_TORCH) run in the same
+   environment; the others (ONCE) are pass 1's alone.
 Run by .ci/run; by hand: python3 .ci/hosted_learner.py --python python3.13 --torch 2.15.0 [--unit-tests]
 """
 
@@ -26,12 +26,27 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 HOSTED_IMAGE = ["jupyterlab", "ipykernel", "numpy", "matplotlib", "scikit-learn"]
 RUNNERS = ["pytest", "nbval", "pytest-timeout"]
-# Unit tests that read the repository's files only (the course script, layout, packaging, notebooks' JSON, slides,
-# handout): what they check does not depend on torch, so pass 1 runs them and this pass does not run them again.
-SAME_ON_EVERY_TORCH = ["tests/test_browser.py", "tests/test_course_script.py", "tests/test_layout.py",
-                       "tests/test_packaging.py", "tests/test_portable.py", "tests/test_stored_outputs.py",
-                       "tests/test_timing_claims.py", "tests/notebook/test_myth_tables.py",
-                       "tests/notebook/test_slides.py", "tests/notebook/test_handout.py"]
+# Each unit test file is one of two kinds (tests/test_ci_passes.py checks that every file is named in exactly one):
+# - ON_EVERY_TORCH: what it checks goes through an API whose behaviour changes between torch releases (DDP and
+#   its hooks, FSDP2, DTensor, pipelining, torch.compile, torchrun and elastic agents, DataLoader and
+#   DistributedSampler, autocast and GradScaler, CUDA and precision reports, torch's own error messages):
+#   run here on the newest torch as well as by pass 1;
+# - ONCE: what it checks is dpedu's own logic over tensor arithmetic every release computes alike, the process
+#   handling of dpedu.launch and its warm ranks (Python's multiprocessing; every lesson here launches ranks
+#   from a forkserver), or the repository's files: pass 1 alone runs it.
+ON_EVERY_TORCH = ["tests/beyond", "tests/data_parallel", "tests/frameworks", "tests/scripts", "tests/training_run",
+                  "tests/cluster/test_checkpoints.py", "tests/cluster/test_circulating_code.py",
+                  "tests/cluster/test_rank_variables.py", "tests/cluster/test_troubleshooting.py",
+                  "tests/runtime/test_environment.py", "tests/runtime/test_float32_precision.py",
+                  "tests/runtime/test_gpus.py", "tests/runtime/test_launcher.py", "tests/runtime/test_stderr.py",
+                  "tests/runtime/test_traffic.py", "tests/test_gpu_check.py", "tests/test_gpu_counting.py",
+                  "tests/test_models_and_datasets.py"]
+ONCE = ["tests/claims", "tests/exercises", "tests/notebook", "tests/sgd", "tests/cluster/test_slurm.py",
+        "tests/runtime/test_commands.py", "tests/runtime/test_machine_load.py", "tests/runtime/test_processes.py",
+        "tests/runtime/test_rendezvous.py", "tests/runtime/test_start_methods.py", "tests/runtime/test_warm_ranks.py",
+        "tests/test_browser.py", "tests/test_ci_passes.py", "tests/test_course_script.py", "tests/test_layout.py",
+        "tests/test_packaging.py", "tests/test_portable.py", "tests/test_stored_outputs.py",
+        "tests/test_timing_claims.py"]
 # What the clone's conftest.py and pyproject.toml give nbval there, given here by hand (nothing of the clone is
 # beside the notebooks): static explorers and no progress bars, as the stored outputs were recorded.
 STORED_AS = {"DPEDU_STATIC": "1", "DPEDU_QUIET": "1"}
@@ -79,7 +94,12 @@ def main() -> int:
     parser.add_argument("--torch", required=True, help="the torch release a hosted image has, e.g. 2.15.0")
     parser.add_argument("--venv", type=Path, default=ROOT / ".venv-hosted")
     parser.add_argument("--unit-tests", action="store_true", help="also run the unit tests in that environment")
+    parser.add_argument("--environment-only", action="store_true",
+                        help="only build the environment (CI builds it while the pass before runs)")
     options = parser.parse_args()
+    if options.environment_only:
+        environment(options.venv, options.python, options.torch)
+        return 0
 
     run([str(ROOT / "course"), "wheel"], cwd=ROOT)
     version = re.search(r'^__version__ = "(.+)"$', (ROOT / "dpedu" / "__init__.py").read_text(), re.M).group(1)
@@ -109,7 +129,7 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
 
     if options.unit_tests:
-        run([str(py), "-m", "pytest", "tests", *(f"--ignore={path}" for path in SAME_ON_EVERY_TORCH)], cwd=ROOT)
+        run([str(py), "-m", "pytest", *ON_EVERY_TORCH], cwd=ROOT)
     return 0
 
 
