@@ -49,12 +49,15 @@ def course_notebooks(folder: str | Path = NOTEBOOKS) -> tuple[list[Path], list[P
 
 PER_ROW = 8  # lessons per row of the course map
 PROSE_WORDS_PER_MINUTE = 100  # careful reading of technical prose with formulas, not skimming
-CODE_LINES_PER_MINUTE = 12  # reading a cell, running it and reading what it prints
+CODE_LINES_PER_MINUTE = 12  # reading a cell, running it and reading what it prints; also dpedu's source it shows
+FIGURE_MINUTES = 1  # reading a figure: its axes, its curves, and what the text says they show
+SHOWN_SOURCE = re.compile(r"# dpedu/\S+, lines \d+–\d+\n")  # how show_source's output begins
 
 
 def study_minutes(notebook: str | Path) -> int:
     """An estimate of the minutes a learner needs for ``notebook``, exercises left out: its prose at
-    ``PROSE_WORDS_PER_MINUTE`` and its code at ``CODE_LINES_PER_MINUTE``, rounded to 5 minutes. The first
+    ``PROSE_WORDS_PER_MINUTE``, its code and the dpedu source it shows (``show_source``'s stored outputs) at
+    ``CODE_LINES_PER_MINUTE``, and ``FIGURE_MINUTES`` for each stored figure, rounded to 5 minutes. The first
     cell, which installs dpedu where the notebook was opened alone, is left out."""
     path = Path(notebook)
     if path.suffix != ".ipynb" or not path.is_file():
@@ -63,8 +66,13 @@ def study_minutes(notebook: str | Path) -> int:
              if "".join(cell["source"]) != FIRST_CELL]
     text = {kind: "".join("".join(c["source"]) + "\n" for c in cells if c["cell_type"] == kind)
             for kind in ("markdown", "code")}
+    outputs = [output.get("data", {}) for cell in cells for output in cell.get("outputs", [])]
+    shown = "".join(plain for data in outputs
+                    if SHOWN_SOURCE.match(plain := "".join(data.get("text/plain", ""))))
+    figures = sum("image/png" in data or "image/svg+xml" in data for data in outputs)
+    code_lines = [line for line in (text["code"] + shown).splitlines() if line.strip()]
     minutes = (len(re.findall(r"\w+", text["markdown"])) / PROSE_WORDS_PER_MINUTE
-               + len([line for line in text["code"].splitlines() if line.strip()]) / CODE_LINES_PER_MINUTE)
+               + len(code_lines) / CODE_LINES_PER_MINUTE + figures * FIGURE_MINUTES)
     return max(5, 5 * round(minutes / 5))
 
 

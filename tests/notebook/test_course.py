@@ -62,6 +62,22 @@ def test_study_time_grows_with_prose_and_code(tmp_path):
         study_minutes(tmp_path / "missing.ipynb")
 
 
+def test_study_time_counts_the_source_a_lesson_shows_and_its_figures_but_no_other_output(tmp_path):
+    def notebook(*outputs: dict) -> Path:
+        cells = [{"cell_type": "markdown", "source": "word " * 1000},
+                 {"cell_type": "code", "source": "show(x)\n", "outputs": list(outputs)}]
+        (path := tmp_path / f"{len(list(tmp_path.iterdir()))}.ipynb").write_text(json.dumps({"cells": cells}))
+        return path
+    shown = {"output_type": "execute_result",
+             "data": {"text/plain": "# dpedu/x.py, lines 1–120\n" + "x = 1\n" * 119, "text/html": "<pre>"}}
+    printed = {"output_type": "stream", "name": "stdout", "text": "x = 1\n" * 119}
+    figure = {"output_type": "display_data", "data": {"image/png": "iVBOR", "text/plain": "<Figure>"}}
+    assert study_minutes(notebook()) == 10  # 1,000 words and one line of code
+    assert study_minutes(notebook(shown)) == 20  # and 120 lines of shown source: 10 minutes more
+    assert study_minutes(notebook(printed)) == 10  # what a cell prints is not read as code
+    assert study_minutes(notebook(*[figure] * 5)) == 15  # a minute a figure
+
+
 def test_readme_lists_every_lesson_with_its_study_time():
     readme = (ROOT / "README.md").read_text()
     rows = re.findall(r"^\| `(\d\d_\w+|appendix_\w+)` \| .+ \| (\d+) min \|$", readme, re.M)
@@ -71,4 +87,17 @@ def test_readme_lists_every_lesson_with_its_study_time():
     stale = {name: pair for name, pair in stale.items() if pair[0] != pair[1]}
     assert not stale, f"README's study times (stated, now) are out of date: {stale}; `python -m dpedu.notebook.course`"
     hours = round(sum(int(minutes) for _, minutes in rows) / 60)
-    assert f"about {hours} hours for the whole course" in readme
+    assert f"about {hours} hours for the whole course" in readme and f"about {hours} hours in all" in readme
+
+
+def test_teaching_plans_with_the_readmes_study_times_and_ten_minutes_an_exercise():
+    teaching = (ROOT / "TEACHING.md").read_text()
+    rows = re.findall(r"^\| (\d\d|appendix) \| .+ \| (\d+) min \| (\d+|–) \| (\d+) min \|$", teaching, re.M)
+    notebooks = {p.stem[:2] if p.stem[0].isdigit() else "appendix": p for p in (ROOT / "notebooks").glob("*.ipynb")}
+    assert [lesson for lesson, *_ in rows] == sorted(notebooks, key=lambda name: (name == "appendix", name))
+    wrong = {lesson: (int(study), int(total)) for lesson, study, exercises, total in rows
+             if (int(study), int(total)) != (minutes := study_minutes(notebooks[lesson]),
+                                             minutes + 10 * (0 if exercises == "–" else int(exercises)))}
+    assert not wrong, f"TEACHING's planning table (study, with exercises) is out of date: {wrong}"
+    study, total = (round(sum(int(row[i]) for row in rows) / 60) for i in (1, 3))
+    assert f"About {study} hours of study; about {total} with every exercise." in teaching
