@@ -54,16 +54,19 @@ FIGURE_MINUTES = 1  # reading a figure: its axes, its curves, and what the text 
 SHOWN_SOURCE = re.compile(r"# dpedu/\S+, lines \d+–\d+\n")  # how show_source's output begins
 
 
+def _cells(notebook: str | Path) -> list[dict]:
+    path = Path(notebook)
+    if path.suffix != ".ipynb" or not path.is_file():
+        raise ValueError(f"notebook must be the path of a .ipynb file, got {str(notebook)!r}")
+    return json.loads(path.read_text())["cells"]
+
+
 def study_minutes(notebook: str | Path) -> int:
     """An estimate of the minutes a learner needs for ``notebook``, exercises left out: its prose at
     ``PROSE_WORDS_PER_MINUTE``, its code and the dpedu source it shows (``show_source``'s stored outputs) at
     ``CODE_LINES_PER_MINUTE``, and ``FIGURE_MINUTES`` for each stored figure, rounded to 5 minutes. The first
     cell, which installs dpedu where the notebook was opened alone, is left out."""
-    path = Path(notebook)
-    if path.suffix != ".ipynb" or not path.is_file():
-        raise ValueError(f"notebook must be the path of a .ipynb file, got {str(notebook)!r}")
-    cells = [cell for cell in json.loads(path.read_text())["cells"]  # the installing first cell is not read
-             if "".join(cell["source"]) != FIRST_CELL]
+    cells = [cell for cell in _cells(notebook) if "".join(cell["source"]) != FIRST_CELL]  # the first is not read
     text = {kind: "".join("".join(c["source"]) + "\n" for c in cells if c["cell_type"] == kind)
             for kind in ("markdown", "code")}
     outputs = [output.get("data", {}) for cell in cells for output in cell.get("outputs", [])]
@@ -74,6 +77,20 @@ def study_minutes(notebook: str | Path) -> int:
     minutes = (len(re.findall(r"\w+", text["markdown"])) / PROSE_WORDS_PER_MINUTE
                + len(code_lines) / CODE_LINES_PER_MINUTE + figures * FIGURE_MINUTES)
     return max(5, 5 * round(minutes / 5))
+
+
+def exercise_minutes(notebook: str | Path) -> list[int]:
+    """Each exercise's own estimate of the minutes it takes, in order: the ``*(about M min)*`` that opens each
+    numbered item of the lesson's "## Exercises" cell (a planning figure, not a measurement)."""
+    markdown = ["".join(cell["source"]) for cell in _cells(notebook) if cell["cell_type"] == "markdown"]
+    exercises = next((text for text in markdown if text.startswith("## Exercises")), "")
+    items = re.findall(r"^\d+\. (.*)$", exercises, re.M)
+    minutes = [re.match(r"\*\(about (\d+) min\)\*", item) for item in items]
+    if not all(minutes):
+        missing = [i + 1 for i, found in enumerate(minutes) if not found]
+        raise ValueError(f"{Path(notebook).name}: exercises {missing} do not open with their estimate, "
+                         f"*(about M min)*")
+    return [int(found.group(1)) for found in minutes]
 
 
 def draw_course_map(path: str | Path | None = None):
@@ -124,6 +141,6 @@ def _wrap(title: str, width: int = 22) -> str:
 
 
 
-if __name__ == "__main__":  # the README's study times: python -m dpedu.notebook.course
+if __name__ == "__main__":  # the study times of README and TEACHING: python -m dpedu.notebook.course
     for notebook in course_notebooks()[0]:
-        print(f"{notebook.stem}: {study_minutes(notebook)} min")
+        print(f"{notebook.stem}: {study_minutes(notebook)} min, exercises {sum(exercise_minutes(notebook))} min")

@@ -7,7 +7,7 @@ import pytest
 
 matplotlib.use("Agg")
 
-from dpedu.notebook.course import LESSONS, draw_course_map, study_minutes  # noqa: E402
+from dpedu.notebook.course import LESSONS, draw_course_map, exercise_minutes, study_minutes  # noqa: E402
 from dpedu.notebook.diagrams import draw_aggregation_schemes, write_all  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,14 +90,25 @@ def test_readme_lists_every_lesson_with_its_study_time():
     assert f"about {hours} hours for the whole course" in readme and f"about {hours} hours in all" in readme
 
 
-def test_teaching_plans_with_the_readmes_study_times_and_ten_minutes_an_exercise():
+def test_every_exercise_opens_with_its_own_estimate_and_one_without_is_named(tmp_path):
+    for notebook in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        minutes = exercise_minutes(notebook)
+        assert minutes and all(5 <= m <= 60 for m in minutes), (notebook.name, minutes)
+    cells = [{"cell_type": "markdown", "source": "## Exercises\n\n1. *(about 5 min)* Sum it.\n2. Explain it.\n"}]
+    (unestimated := tmp_path / "lesson.ipynb").write_text(json.dumps({"cells": cells}))
+    with pytest.raises(ValueError, match=r"exercises \[2\] do not open with their estimate"):
+        exercise_minutes(unestimated)
+
+
+def test_teaching_plans_with_the_readmes_study_times_and_each_exercises_estimate():
     teaching = (ROOT / "TEACHING.md").read_text()
     rows = re.findall(r"^\| (\d\d|appendix) \| .+ \| (\d+) min \| (\d+|–) \| (\d+) min \|$", teaching, re.M)
     notebooks = {p.stem[:2] if p.stem[0].isdigit() else "appendix": p for p in (ROOT / "notebooks").glob("*.ipynb")}
     assert [lesson for lesson, *_ in rows] == sorted(notebooks, key=lambda name: (name == "appendix", name))
     wrong = {lesson: (int(study), int(total)) for lesson, study, exercises, total in rows
              if (int(study), int(total)) != (minutes := study_minutes(notebooks[lesson]),
-                                             minutes + 10 * (0 if exercises == "–" else int(exercises)))}
+                                             minutes + sum(exercise_minutes(notebooks[lesson]) if
+                                                           lesson != "appendix" else []))}
     assert not wrong, f"TEACHING's planning table (study, with exercises) is out of date: {wrong}"
     study, total = (round(sum(int(row[i]) for row in rows) / 60) for i in (1, 3))
     assert f"About {study} hours of study; about {total} with every exercise." in teaching
