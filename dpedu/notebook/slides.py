@@ -6,7 +6,9 @@ slide. Code cells are shown highlighted, with their stored outputs (text, tables
 first cell (``opened_alone.FIRST_CELL``) and nbval's marker comments are left out, and a widget, which
 cannot move outside a kernel, is named instead. One self-contained HTML file per lesson: figures are
 embedded, the few lines of script and style are in the page, nothing is fetched when it is shown, so it
-works offline. Math stays as its TeX text. A slide longer than the screen scrolls.
+works offline. Formulas (``$...$``, ``$$...$$``) are drawn by matplotlib's mathtext when the deck is built,
+as pictures that grow with the text; one mathtext cannot draw stays as its TeX, in code type. A slide longer
+than the screen scrolls.
 
 In the browser: Right, Space, PageDown or a click move on (Space and PageDown first scroll a long slide
 to its end); Left, PageUp or a click near the left edge move back; Home and End; ``#5`` in the address
@@ -34,6 +36,10 @@ HEADING = re.compile(r"^(#{1,3})\s+(\S.*?)\s*#*\s*$")  # a new slide: '#', '##' 
 FENCE = re.compile(r"^ {0,3}(```|~~~)")
 NBVAL_MARKER = re.compile(r"^\s*#\s*NBVAL_[A-Z_]+\s*$")  # '# NBVAL_IGNORE_OUTPUT' and its kin
 WIDGET = "application/vnd.jupyter.widget-view+json"
+# $$display$$ and $inline$ (within a paragraph: across a line break, not a blank line; "$5 and $6" is no formula)
+MATH = re.compile(r"\$\$(.+?)\$\$|(?<![\\$])\$(?=\S)((?:[^$\n]|\n(?!\s*\n))+?)(?<=\S)\$(?!\d)", re.S)
+CODE = re.compile(r"(```.*?```|~~~.*?~~~|`[^`\n]*`)", re.S)
+MATH_POINTS = 10  # the size formulas are drawn at, which one em of the slide's text stands for
 # What a browser could fetch or run from a stored HTML output: such an output is shown as its text instead.
 UNSAFE_HTML = re.compile(r"<\s*(script|link|iframe|object|embed)\b|\bsrc\s*=\s*[\"']?\s*(https?:)?//"
                          r"|url\(\s*[\"']?\s*(https?:)?//|@import", re.IGNORECASE)
@@ -60,6 +66,8 @@ pre { font-size: 0.72em; line-height: 1.35; overflow-x: auto; padding: 0.6em 0.8
 .output pre.error { background: #fff0f0; border-left-color: #b00; }
 .output img { display: block; max-width: 100%; max-height: 78vh; width: auto; height: auto; margin: 0.4em 0; }
 .output .note { color: #555; font-style: italic; }
+img.math { display: inline; margin: 0; } .math.display { text-align: center; margin: 0.6em auto; }
+.math.display img.math { font-size: 1.15em; }
 .output_html pre { border-left: 4px solid #c9d1d9; }
 table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0; }
 th, td { border: 1px solid #bbb; padding: 0.2em 0.5em; text-align: left; vertical-align: top; }
@@ -179,9 +187,53 @@ def _pieces(markdown: str) -> list[tuple[int, str]]:
 def _markdown(text: str) -> str:
     from nbconvert.filters.markdown_mistune import markdown2html_mistune  # JupyterLab's nbconvert
 
+    formulas: list[str] = []
+
+    def hold(match: re.Match) -> str:  # markdown would read a formula's _ and * as emphasis
+        formulas.append(_formula(match.group(1) or match.group(2), display=match.group(1) is not None))
+        return f"DPEDUFORMULA{len(formulas) - 1}END"
+
+    pieces = CODE.split(text)  # code spans and fences (odd pieces) keep their dollars
+    text = "".join(piece if i % 2 else MATH.sub(hold, piece) for i, piece in enumerate(pieces))
     rendered = markdown2html_mistune(text)
+    rendered = re.sub(r"DPEDUFORMULA(\d+)END", lambda m: formulas[int(m.group(1))], rendered)
     rendered = re.sub(r"<a class=\"anchor-link\"[^>]*>.*?</a>", "", rendered)  # the ¶ after each heading
     return re.sub(r"<(h[1-6]) id=\"[^\"]*\">", r"<\1>", rendered)  # '#n' is for slide numbers only
+
+
+def _mathtext(tex: str) -> str:
+    """``tex`` in the dialect of mathtext, which lacks a few of TeX's spellings: ``\\mathbb E`` for
+    ``\\mathbb{E}``, ``\\frac12`` for ``\\frac{1}{2}``, ``\\tfrac``, and sized delimiters (``\\big(``)."""
+    tex = " ".join(tex.split())
+    tex = re.sub(r"\\mathbb\s*([A-Za-z])", r"\\mathbb{\1}", tex)
+    tex = re.sub(r"\\[bB]igg?[lr]?(?=[()\[\]|.]|\\[{}|])", "", tex)
+    tex = re.sub(r"\\[td]frac", r"\\frac", tex)
+    return re.sub(r"\\frac\s*([0-9A-Za-z])\s*([0-9A-Za-z])", r"\\frac{\1}{\2}", tex)
+
+
+def _formula(tex: str, display: bool) -> str:
+    """A formula as an SVG picture sized in em (it grows with the text), its TeX as the alternative text; the
+    TeX in code type where mathtext cannot draw it."""
+    import io
+
+    import matplotlib
+    from matplotlib import mathtext
+    from matplotlib.font_manager import FontProperties
+
+    drawn = io.BytesIO()
+    try:  # hashsalt: the same ids in every build; the metadata's date is left out below
+        with matplotlib.rc_context({"svg.hashsalt": "dpedu", "svg.fonttype": "path"}):
+            depth = mathtext.math_to_image(f"${_mathtext(tex)}$", drawn, format="svg",
+                                           prop=FontProperties(size=MATH_POINTS))
+    except ValueError:  # mathtext's parse errors
+        shown = f"<code class=\"tex\">{html.escape(tex.strip())}</code>"
+        return f"<div class=\"math display\">{shown}</div>" if display else shown
+    svg = re.sub(r"<metadata>.*?</metadata>\s*", "", drawn.getvalue().decode(), flags=re.S)
+    width, height = (float(re.search(rf'{side}="([\d.]+)pt"', svg).group(1)) for side in ("width", "height"))
+    picture = (f"<img class=\"math\" src=\"data:image/svg+xml;base64,{base64.b64encode(svg.encode()).decode()}\" "
+               f"alt=\"{html.escape(tex.strip())}\" style=\"width: {width / MATH_POINTS:.2f}em; "
+               f"height: {height / MATH_POINTS:.2f}em; vertical-align: -{depth / MATH_POINTS:.2f}em\">")
+    return f"<div class=\"math display\">{picture}</div>" if display else picture
 
 
 def _highlighted(code: str) -> str:

@@ -91,6 +91,30 @@ def test_stored_figures_are_embedded_and_nothing_is_fetched(decks, notebook):
     assert not re.search(r"\bsrc\s*=\s*[\"']?\s*(https?:)?//", deck, re.I)
 
 
+@pytest.mark.parametrize("notebook", DECKS, ids=lambda path: path.name[:2])
+def test_every_formula_is_drawn_and_none_is_left_as_tex(decks, notebook):
+    notebook, deck = decks[notebook.name]
+    prose = "".join("".join(cell["source"]) for cell in cells_of(notebook) if cell["cell_type"] == "markdown")
+    prose = re.sub(r"```.*?```|`[^`\n]*`", "", prose, flags=re.S)
+    drawn = re.findall(r"<img class=\"math\" src=\"data:image/svg\+xml;base64,[^\"]+\" alt=\"([^\"]*)\"", deck)
+    assert len(drawn) == prose.count("$$") // 2 + (prose.count("$") - prose.count("$$") * 2) // 2
+    assert 'class="tex"' not in deck  # mathtext drew every one
+    shown = re.sub(r"<(code|pre)\b.*?</\1>|alt=\"[^\"]*\"|<script>.*?</script>", "", deck, flags=re.S)
+    assert "$" not in text_of(shown)
+
+
+def test_formulas_grow_with_the_text_keep_their_tex_and_stay_tex_where_mathtext_cannot_draw_them():
+    rendered = slides._markdown("Noise $\\sigma^2/B$, `$HOME`, $$\\frac1N\\sum_r g_r$$ and $\\nocommand x$; $5 and $6.")
+    pictures = re.findall(r"<img class=\"math\" src=\"data:image/svg\+xml;base64,([^\"]+)\" alt=\"([^\"]*)\" "
+                          r"style=\"width: [\d.]+em; height: [\d.]+em; vertical-align: -[\d.]+em\">", rendered)
+    assert [alt for _, alt in pictures] == ["\\sigma^2/B", "\\frac1N\\sum_r g_r"]
+    assert "<code>$HOME</code>" in rendered and "$5 and $6." in rendered
+    assert '<code class="tex">\\nocommand x</code>' in rendered
+    assert '<div class="math display"><img' in rendered
+    assert slides._markdown("$x^2$") == slides._markdown("$x^2$")  # the same bytes at every build
+    assert b"<metadata>" not in __import__("base64").b64decode(pictures[0][0])
+
+
 def test_a_made_up_notebook_shows_what_a_lesson_may_hold(tmp_path):
     def cell(kind, text, outputs=()):
         return {"cell_type": kind, "metadata": {}, "source": text,
@@ -115,7 +139,7 @@ def test_a_made_up_notebook_shows_what_a_lesson_may_hold(tmp_path):
     deck = slides.slides_html(notebook)
     assert [text_of(section.split("</h", 1)[0]).strip() for section in sections(deck)] == [
         "42 · Made up", "Two", "Three"]
-    assert FIRST_CELL.splitlines()[0] not in deck and "NBVAL" not in deck and "$x^2$" in deck  # TeX as text
+    assert FIRST_CELL.splitlines()[0] not in deck and "NBVAL" not in deck and 'alt="x^2"' in deck  # drawn
     assert "&lt;hi&gt;</pre>" in deck and "<pre class=\"stream stderr\">a warning</pre>" in deck
     assert "Text before a heading." in sections(deck)[0] and "# not a heading" in deck and "<h4>" in deck
     assert "interactive widget" in deck and "interactive(children" not in deck
