@@ -7,8 +7,9 @@ first cell (``opened_alone.FIRST_CELL``) and nbval's marker comments are left ou
 cannot move outside a kernel, is named instead. One self-contained HTML file per lesson: figures are
 embedded, the few lines of script and style are in the page, nothing is fetched when it is shown, so it
 works offline. Formulas (``$...$``, ``$$...$$``) are drawn by matplotlib's mathtext when the deck is built,
-as pictures that grow with the text; one mathtext cannot draw stays as its TeX, in code type. A slide longer
-than the screen scrolls.
+as pictures that grow with the text; one mathtext cannot draw stays as its TeX, in code type. What follows a
+heading is cut into screens for a 4:3 projector (the heading repeated, marked "continued") between its parts,
+a stretch of prose or a cell with its outputs; a part taller than the screen scrolls.
 
 In the browser: Right, Space, PageDown or a click move on (Space and PageDown first scroll a long slide
 to its end); Left, PageUp or a click near the left edge move back; Home and End; ``#5`` in the address
@@ -40,6 +41,9 @@ WIDGET = "application/vnd.jupyter.widget-view+json"
 MATH = re.compile(r"\$\$(.+?)\$\$|(?<![\\$])\$(?=\S)((?:[^$\n]|\n(?!\s*\n))+?)(?<=\S)\$(?!\d)", re.S)
 CODE = re.compile(r"(```.*?```|~~~.*?~~~|`[^`\n]*`)", re.S)
 MATH_POINTS = 10  # the size formulas are drawn at, which one em of the slide's text stands for
+SCREEN_LINES = 30  # about the lines of the slide's text under a heading at 1024 x 768 (calibrated in Chromium)
+PROSE_CHARACTERS = 105  # characters of prose in one of those lines
+FIGURE_LINES = 14  # a stored figure, scaled to the slide's width
 # What a browser could fetch or run from a stored HTML output: such an output is shown as its text instead.
 UNSAFE_HTML = re.compile(r"<\s*(script|link|iframe|object|embed)\b|\bsrc\s*=\s*[\"']?\s*(https?:)?//"
                          r"|url\(\s*[\"']?\s*(https?:)?//|@import", re.IGNORECASE)
@@ -78,6 +82,7 @@ footer { position: fixed; left: 0; right: 0; bottom: 0; height: 2.2em; display: 
          justify-content: space-between; padding: 0 1.5em; font-size: 0.7em; color: #666;
          border-top: 1px solid #e5e5e5; background: #fafafa; box-sizing: border-box; }
 #more { color: #0b3d66; font-weight: 600; }
+h1 .continued, h2 .continued, h3 .continued { font-size: 0.6em; font-weight: 400; color: #666; }
 @media print {
   body { font-size: 11pt; }
   .slide { display: block; position: static; overflow: visible; padding: 0; break-after: page;
@@ -301,6 +306,33 @@ def _title(cells: list[dict], notebook: Path) -> str:
     raise ValueError(f"notebook {notebook.name} has no title: its first heading should start with '# '")
 
 
+def _lines(part: str) -> float:
+    """About how many lines of the slide's text ``part`` fills on a 4:3 projector: a code line is smaller
+    (0.72 em), a figure about ``FIGURE_LINES``, prose about ``PROSE_CHARACTERS`` characters a line."""
+    code = sum(pre.count("\n") + 1 for pre in re.findall(r"<pre\b.*?</pre>", part, re.S))
+    rows = len(re.findall(r"<tr\b", part))
+    prose = re.sub(r"<pre\b.*?</pre>|<table\b.*?</table>|<[^>]+>", "", part, flags=re.S)
+    blocks = len(re.findall(r"<(p|li|h[1-6]|pre|table|img)\b", part))
+    return (0.7 * code + 1.2 * rows + len(html.unescape(prose).strip()) / PROSE_CHARACTERS + 0.5 * blocks
+            + FIGURE_LINES * len(re.findall(r"<img (?!class=\"math\")", part)))
+
+
+def _screens(parts: list[str], heading: bool) -> list[list[str]]:
+    """A slide's parts cut into screens of at most ``SCREEN_LINES`` (a part is never cut: a longer one
+    scrolls); each screen after the first repeats the heading, marked "continued"."""
+    screens: list[list[str]] = [[]]
+    used = 0.0
+    for part in parts:
+        need = _lines(part)
+        if used + need > SCREEN_LINES and len(screens[-1]) > int(heading):
+            title = re.sub(r"</(h[1-6])>$", r" <span class=\"continued\">(continued)</span></\1>", parts[0].strip())
+            screens.append([title] if heading else [])
+            used = _lines(title)
+        screens[-1].append(part)
+        used += need
+    return screens
+
+
 def slides_html(notebook: str | Path) -> str:
     """The deck of ``notebook`` (a lesson's .ipynb, with its stored outputs) as one self-contained HTML page."""
     path = Path(notebook)
@@ -331,8 +363,11 @@ def slides_html(notebook: str | Path) -> str:
         if level == 1 and about:
             parts.insert(1, about)
             about = ""
-        kind = " title" if level == 1 else ""
-        sections.append(f"<section class=\"slide{kind}\" tabindex=\"-1\">\n" + "\n".join(parts) + "\n</section>")
+        for n, screen in enumerate(_screens(parts, heading=bool(level))):
+            kind = " title" if level == 1 and n == 0 else " continued" if n else ""
+            cut = len(screen) - bool(level)  # what a screen could be cut into: its parts under the heading
+            sections.append(f"<section class=\"slide{kind}\" tabindex=\"-1\" data-parts=\"{cut}\">\n"
+                            + "\n".join(screen) + "\n</section>")
     from pygments.formatters import HtmlFormatter
 
     style = _STYLE + HtmlFormatter().get_style_defs(".highlight")

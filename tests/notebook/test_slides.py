@@ -38,8 +38,10 @@ def text_of(fragment: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", fragment))
 
 
-def sections(deck: str) -> list[str]:
-    return re.findall(r"<section class=\"slide[^\"]*\"[^>]*>(.*?)</section>", deck, re.S)
+def sections(deck: str, continued: bool = False) -> list[str]:
+    """The deck's slides; without ``continued``, those a heading starts (not the screens that go on after it)."""
+    return [body for kind, body in re.findall(r"<section class=\"slide([^\"]*)\"[^>]*>(.*?)</section>", deck, re.S)
+            if continued or "continued" not in kind]
 
 
 def headings(notebook: Path) -> list[str]:
@@ -64,7 +66,7 @@ def test_every_heading_is_a_slide_in_order_and_the_first_is_the_title(decks, not
     assert shown == headings(notebook)
     assert re.match(r"(\d\d|Appendix) · ", shown[0]) and "<section class=\"slide title\"" in deck
     assert f"<title>{html.escape(shown[0], quote=False)}</title>" in deck
-    assert f"1 / {len(shown)}</span>" in deck  # the counter
+    assert f"1 / {len(sections(deck, continued=True))}</span>" in deck  # the counter
 
 
 @pytest.mark.parametrize("notebook", DECKS, ids=lambda path: path.name[:2])
@@ -205,7 +207,7 @@ def test_the_course_script_passes_its_arguments_on(tmp_path):
 def test_the_deck_moves_with_the_keys_in_chromium_fetches_nothing_and_prints_a_page_per_slide(tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (requirements-test.txt)")
     deck = slides.write_slides(DECKS[0].name[:2], tmp_path / "deck.html")
-    count = len(sections(deck.read_text()))
+    count = len(sections(deck.read_text(), continued=True))
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=[
             "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
@@ -239,3 +241,34 @@ def test_the_deck_moves_with_the_keys_in_chromium_fetches_nothing_and_prints_a_p
             assert len(re.findall(rb"/Type\s*/Page[^s]", pdf)) >= count  # Print: each slide on new pages
         finally:
             browser.close()
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium: install it (Debian: apt-get install chromium) or set "
+                                              "DPEDU_CHROMIUM to a Chromium binary")
+def test_on_a_4_3_projector_only_a_single_part_taller_than_the_screen_scrolls(decks, tmp_path):
+    """A slide whose parts (prose, a cell with its outputs) are together taller than a screen is cut into
+    screens; one part alone may be taller, and scrolls (the counts are printed with -s)."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (requirements-test.txt)")
+    measure = """() => Array.from(document.querySelectorAll('.slide')).map((s, i) => {
+        const shown = s.classList.contains('current'); s.classList.add('current');
+        const size = [i + 1, s.scrollHeight, s.clientHeight, Number(s.dataset.parts)];
+        if (!shown) { s.classList.remove('current'); } return size; })"""
+    too_tall, screens = {}, 0
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--no-first-run",
+                                                                     "--disable-background-networking"])
+        try:
+            page = browser.new_page(viewport={"width": 1024, "height": 768})
+            for name, (_, deck) in decks.items():
+                (path := tmp_path / f"{name}.html").write_text(deck, encoding="utf-8")
+                page.goto(path.as_uri())
+                sizes = page.evaluate(measure)
+                screens += len(sizes)
+                too_tall[name[:2]] = [(n, round(high / seen, 1), parts) for n, high, seen, parts in sizes
+                                      if high > 1.15 * seen]  # "about a screen": the cut is estimated, not measured
+        finally:
+            browser.close()
+    cuttable = {name: [slide for slide in tall if slide[2] > 1] for name, tall in too_tall.items()}
+    assert not any(cuttable.values()), f"slides taller than the screen that could have been cut: {cuttable}"
+    single = sum(len(tall) for tall in too_tall.values())
+    print(f"{screens} screens; {single} hold one part taller than the screen and scroll: {too_tall}")
