@@ -40,15 +40,14 @@ ON_EVERY_TORCH = ["tests/beyond", "tests/data_parallel", "tests/frameworks", "te
                   "tests/cluster/test_checkpoints.py", "tests/cluster/test_circulating_code.py",
                   "tests/cluster/test_rank_variables.py", "tests/cluster/test_troubleshooting.py",
                   "tests/runtime/test_environment.py", "tests/runtime/test_float32_precision.py",
-                  "tests/runtime/test_gpus.py", "tests/runtime/test_launcher.py", "tests/runtime/test_stderr.py",
-                  "tests/runtime/test_traffic.py", "tests/test_gpu_check.py", "tests/test_gpu_counting.py",
-                  "tests/test_models_and_datasets.py"]
+                  "tests/runtime/test_gpus.py", "tests/runtime/test_stderr.py", "tests/runtime/test_traffic.py",
+                  "tests/test_gpu_check.py", "tests/test_gpu_counting.py", "tests/test_models_and_datasets.py"]
 ONCE = ["tests/claims", "tests/exercises", "tests/notebook", "tests/scripts", "tests/sgd",
-        "tests/cluster/test_slurm.py", "tests/runtime/test_commands.py", "tests/runtime/test_machine_load.py",
-        "tests/runtime/test_processes.py", "tests/runtime/test_rendezvous.py", "tests/runtime/test_start_methods.py",
-        "tests/runtime/test_warm_ranks.py", "tests/test_browser.py", "tests/test_ci_passes.py",
-        "tests/test_course_script.py", "tests/test_layout.py", "tests/test_packaging.py", "tests/test_portable.py",
-        "tests/test_stored_outputs.py", "tests/test_timing_claims.py"]
+        "tests/cluster/test_slurm.py", "tests/runtime/test_launcher.py", "tests/runtime/test_commands.py",
+        "tests/runtime/test_machine_load.py", "tests/runtime/test_processes.py", "tests/runtime/test_rendezvous.py",
+        "tests/runtime/test_start_methods.py", "tests/runtime/test_warm_ranks.py", "tests/test_browser.py",
+        "tests/test_ci_passes.py", "tests/test_course_script.py", "tests/test_layout.py", "tests/test_packaging.py",
+        "tests/test_portable.py", "tests/test_stored_outputs.py", "tests/test_timing_claims.py"]
 # What the clone's conftest.py and pyproject.toml give nbval there, given here by hand (nothing of the clone is
 # beside the notebooks): static explorers and no progress bars, as the stored outputs were recorded.
 STORED_AS = {"DPEDU_STATIC": "1", "DPEDU_QUIET": "1"}
