@@ -232,13 +232,13 @@ def _formula(tex: str, display: bool) -> str:
                                            prop=FontProperties(size=MATH_POINTS))
     except ValueError:  # mathtext's parse errors
         shown = f"<code class=\"tex\">{html.escape(tex.strip())}</code>"
-        return f"<div class=\"math display\">{shown}</div>" if display else shown
-    svg = re.sub(r"<metadata>.*?</metadata>\s*", "", drawn.getvalue().decode(), flags=re.S)
-    width, height = (float(re.search(rf'{side}="([\d.]+)pt"', svg).group(1)) for side in ("width", "height"))
-    picture = (f"<img class=\"math\" src=\"data:image/svg+xml;base64,{base64.b64encode(svg.encode()).decode()}\" "
-               f"alt=\"{html.escape(tex.strip())}\" style=\"width: {width / MATH_POINTS:.2f}em; "
-               f"height: {height / MATH_POINTS:.2f}em; vertical-align: -{depth / MATH_POINTS:.2f}em\">")
-    return f"<div class=\"math display\">{picture}</div>" if display else picture
+    else:
+        svg = re.sub(r"<metadata>.*?</metadata>\s*", "", drawn.getvalue().decode(), flags=re.S)
+        width, height = (float(re.search(rf'{side}="([\d.]+)pt"', svg).group(1)) for side in ("width", "height"))
+        shown = (f"<img class=\"math\" src=\"data:image/svg+xml;base64,{base64.b64encode(svg.encode()).decode()}\" "
+                 f"alt=\"{html.escape(tex.strip())}\" style=\"width: {width / MATH_POINTS:.2f}em; "
+                 f"height: {height / MATH_POINTS:.2f}em; vertical-align: -{depth / MATH_POINTS:.2f}em\">")
+    return f"<div class=\"math display\">{shown}</div>" if display else shown
 
 
 def _highlighted(code: str) -> str:
@@ -320,14 +320,15 @@ def _lines(part: str) -> float:
 def _screens(parts: list[str], heading: bool) -> list[list[str]]:
     """A slide's parts cut into screens of at most ``SCREEN_LINES`` (a part is never cut: a longer one
     scrolls); each screen after the first repeats the heading, marked "continued"."""
+    again = ([re.sub(r"</(h[1-6])>$", r" <span class=\"continued\">(continued)</span></\1>", parts[0].strip())]
+             if heading else [])  # what each screen after the first starts with
     screens: list[list[str]] = [[]]
     used = 0.0
     for part in parts:
         need = _lines(part)
-        if used + need > SCREEN_LINES and len(screens[-1]) > int(heading):
-            title = re.sub(r"</(h[1-6])>$", r" <span class=\"continued\">(continued)</span></\1>", parts[0].strip())
-            screens.append([title] if heading else [])
-            used = _lines(title)
+        if used + need > SCREEN_LINES and len(screens[-1]) > len(again):
+            screens.append(list(again))
+            used = sum(map(_lines, again))
         screens[-1].append(part)
         used += need
     return screens

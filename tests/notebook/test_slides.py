@@ -20,6 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
 DECKS = sorted([*NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"), *NOTEBOOKS.glob("appendix_*.ipynb")])
 CHROMIUM = os.environ.get("DPEDU_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]  # nothing fetched from outside
 
 
 @pytest.fixture(scope="module")
@@ -209,9 +211,7 @@ def test_the_deck_moves_with_the_keys_in_chromium_fetches_nothing_and_prints_a_p
     deck = slides.write_slides(DECKS[0].name[:2], tmp_path / "deck.html")
     count = len(sections(deck.read_text(), continued=True))
     with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 720})
             problems: list[str] = []
@@ -255,8 +255,7 @@ def test_on_a_4_3_projector_only_a_single_part_taller_than_the_screen_scrolls(de
         if (!shown) { s.classList.remove('current'); } return size; })"""
     too_tall, screens = {}, 0
     with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--no-first-run",
-                                                                     "--disable-background-networking"])
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1024, "height": 768})
             for name, (_, deck) in decks.items():
