@@ -156,6 +156,28 @@ def test_without_a_known_command_it_prints_its_usage_and_exits_2(bash, venv, arg
     assert calls(venv) == []
 
 
+def _unit_test_workers() -> str:
+    cores = int(subprocess.run(["getconf", "_NPROCESSORS_ONLN"], capture_output=True, text=True).stdout)
+    return str(0 if cores < 2 else min(cores, 4))
+
+
+@each_bash
+@pytest.mark.parametrize("fails", [None, "first", "both"])
+def test_test_alone_runs_the_unit_tests_over_the_cores_then_the_notebooks_and_fails_if_either_does(bash, venv, fails):
+    (venv / "lib" / "python3.99" / "site-packages" / "torch").mkdir(parents=True)
+    if fails:  # the stand-in python fails its first pytest run (or every one), after recording the call
+        failing = "-n" if fails == "first" else "pytest"
+        stub = (venv / "bin" / "python").read_text().replace(
+            "exit 0", f'case " $* " in *" {failing} "*) exit 3 ;; esac\nexit 0')
+        (venv / "bin" / "python").write_text(stub)
+    run = course(bash, venv, "test")
+    assert run.returncode == (3 if fails else 0), run.stderr
+    assert calls(venv)[1:] == [
+        ["python", "-m", "pytest", "-n", _unit_test_workers(), "--dist", "loadfile", "--ignore=tests/test_browser.py",
+         "tests"],
+        ["python", "-m", "pytest", "tests/test_browser.py", "notebooks"]]  # run even after the first failed
+
+
 @each_bash
 def test_lab_installs_requirements_once_and_test_adds_the_test_tools(bash, venv):
     as_root = ["--allow-root"] if os.geteuid() == 0 else []
