@@ -5,7 +5,8 @@ temporary directory, starts Slurm's controller (``slurmctld``) and node daemon (
 stops both, with every job, when its ``with`` block ends. It needs Linux, root and Slurm installed;
 ``unavailable_reason()`` says what is missing. There is no munge and no database: authentication is
 off (``auth/none``), so while the cluster runs, anyone on this machine could run commands as root through
-it (it listens on 127.0.0.1 only). Run it on a machine or container of your own.
+it (it listens on 127.0.0.1 only). Run it on a machine or container of your own: where other people have
+processes (a class server), ``unavailable_reason()`` refuses, unless ``DPEDU_SLURM_SHARED_OK=1`` says you trust them.
 
     python -m dpedu.cluster.slurm JOB.sbatch [ARGS...]   # start, submit from here, print the job's output, stop
 """
@@ -36,6 +37,7 @@ PROGRAMS = ("slurmctld", "slurmd", "sbatch", "srun", "scontrol", "scancel", "squ
 NODE = "localhost"  # a name every machine resolves: the job script uses it as the rendezvous host
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL",
          "DEADLINE"}
+SHARED_OK = "DPEDU_SLURM_SHARED_OK"  # set to 1, the cluster starts where other people have processes too
 
 
 def _program(name: str) -> str | None:
@@ -44,7 +46,8 @@ def _program(name: str) -> str | None:
 
 
 def unavailable_reason() -> str | None:
-    """None when ``local_cluster()`` can run here; otherwise one sentence: what is missing and how to get it."""
+    """None when ``local_cluster()`` can run here; otherwise one sentence: what is missing and how to get it, or
+    why it must not start here."""
     if not sys.platform.startswith("linux"):
         return f"a local Slurm cluster needs Linux (this is {sys.platform}): run the lesson in a Linux container"
     missing = [name for name in PROGRAMS if _program(name) is None]
@@ -55,7 +58,32 @@ def unavailable_reason() -> str | None:
         return "lesson 09's batch job runs 2 ranks with a CPU each, and this machine has 1 CPU"
     if os.geteuid() != 0:
         return "starting Slurm's daemons needs root: run the notebook as root, e.g. in a container"
+    if (others := _other_people()) and os.environ.get(SHARED_OK) != "1":
+        return (f"other people have processes on this machine (user ids {', '.join(map(str, sorted(others)))}), and "
+                "while the cluster runs, with no authentication, any of them could run commands as root through "
+                f"it: on a shared server show the recorded run; where you trust every user, set {SHARED_OK}=1")
     return None
+
+
+def _process_owners(proc: Path = Path("/proc")) -> set[int]:
+    """The user ids that own a process on this machine (each /proc/PID belongs to its process's user)."""
+    owners = set()
+    for entry in proc.iterdir():
+        if entry.name.isdigit():
+            with suppress(OSError):  # ended meanwhile
+                owners.add(entry.stat().st_uid)
+    return owners
+
+
+def _other_people() -> set[int]:
+    """The people, other than whoever runs this (sudo's caller included), with a process here: user ids from
+    login.defs' UID_MIN (1000 unless it says otherwise) up, nobody (65534) aside; system services run below it."""
+    first = 1000
+    with suppress(OSError):
+        if found := re.search(r"^\s*UID_MIN\s+(\d+)", Path("/etc/login.defs").read_text(), re.MULTILINE):
+            first = int(found[1])
+    mine = {os.getuid()} | ({int(os.environ["SUDO_UID"])} if os.environ.get("SUDO_UID", "").isdigit() else set())
+    return {uid for uid in _process_owners() if uid >= first and uid != 65534 and uid not in mine}
 
 
 @dataclass(frozen=True)

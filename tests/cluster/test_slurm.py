@@ -34,7 +34,40 @@ def test_unavailable_reason_says_root_is_needed(monkeypatch):
     assert "needs root" in unavailable_reason()
     monkeypatch.setattr(slurm.os, "geteuid", lambda: 0)
     monkeypatch.setattr(slurm.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(slurm, "_process_owners", lambda: {0})  # nobody else here
     assert unavailable_reason() is None
+
+
+@pytest.mark.parametrize(("owners", "sudo_uid", "shared_ok", "refused"), [
+    ({0, 1001}, None, None, True),  # a learner's shell beside root's notebook: the cluster would serve them as root
+    ({0, 1001, 1002}, "1001", None, True),  # sudo's caller is the teacher; 1002 is someone else
+    ({0, 1001}, None, "1", False),  # the teacher says every user is trusted
+    ({0, 1001}, "1001", None, False),  # the one other user is whoever became root through sudo
+    ({0, 100, 65534}, None, None, False),  # a system service's account and nobody are not people
+])
+def test_unavailable_reason_refuses_where_other_people_have_processes(monkeypatch, owners, sudo_uid, shared_ok,
+                                                                      refused):
+    monkeypatch.setattr(slurm.sys, "platform", "linux")
+    monkeypatch.setattr(slurm, "_program", everything_found)
+    monkeypatch.setattr(slurm.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(slurm.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(slurm.os, "getuid", lambda: 0)
+    monkeypatch.setattr(slurm, "_process_owners", lambda: owners)
+    for name, value in (("SUDO_UID", sudo_uid), (slurm.SHARED_OK, shared_ok)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    reason = unavailable_reason()
+    if refused:
+        assert "other people have processes" in reason and "DPEDU_SLURM_SHARED_OK=1" in reason
+        assert "1002" in reason if sudo_uid else "1001" in reason
+    else:
+        assert reason is None
+
+
+def test_the_process_owners_include_this_process_user():
+    assert slurm.os.getuid() in slurm._process_owners()
 
 
 def test_unavailable_reason_says_one_cpu_is_too_few(monkeypatch):

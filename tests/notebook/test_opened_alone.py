@@ -89,7 +89,7 @@ def installed_dpedu(version: str | None) -> types.ModuleType:
     return module
 
 
-@pytest.mark.parametrize("installed", ["0.1.0", None, "0.1.99", "0.1.9.dev0", "0.1"])
+@pytest.mark.parametrize("installed", ["0.1.0", None, "0.1.99", "0.1.9.dev0", "0.1", "0.2.0"])
 def test_an_older_dpedu_is_told_to_reinstall_and_restart(monkeypatch, installed):
     monkeypatch.setitem(sys.modules, "dpedu", installed_dpedu(installed))
     with pytest.raises(SystemExit) as stopped:
@@ -99,7 +99,8 @@ def test_an_older_dpedu_is_told_to_reinstall_and_restart(monkeypatch, installed)
     assert f"%pip install {opened_alone.WHEEL}" in said and "restart the kernel" in said and "\n" not in said
 
 
-@pytest.mark.parametrize("installed", [dpedu.__version__, "0.10.0", "9.0.0", "0.3.0.dev1", "0.2.0+local", "0.2"])
+@pytest.mark.parametrize("installed",
+                         [dpedu.__version__, "0.10.0", "9.0.0", "0.3.0.dev1", f"{dpedu.__version__}+local", "1.0"])
 def test_this_dpedu_or_a_newer_one_goes_on(monkeypatch, installed):
     monkeypatch.setitem(sys.modules, "dpedu", installed_dpedu(installed))
     exec(FIRST_CELL, {})
