@@ -51,6 +51,8 @@ VALUES: dict[tuple[int, int], object] = {
     (9, 1): 19,
     (9, 3): 4.13,
     (9, 4): 1.0 / (2 * 7 / 8 * 4 / 1.25e9),
+    (9, 5): "torchrun --nnodes=4 --nproc-per-node=8 --rdzv-backend=c10d --rdzv-endpoint=node1:29400 --rdzv-id=job42 "
+            "-m dpedu.scripts.train_ddp",
     (10, 3): {"80 on 1, 2, 4 workers": {1: 17, 2: 17, 4: 18}, "one batch for 1 to 4 workers": 84},
     (10, 4): 86.2,
     (11, 1): 37.375,
@@ -60,9 +62,12 @@ VALUES: dict[tuple[int, int], object] = {
     (11, 5): 578,
     (12, 1): {8: 3 / 11, 16: 3 / 19, "fewest micro-batches under 10 %": 28},
     (12, 2): {"1f1b": 3, "gpipe": 8},
+    (12, 5): {"tensor_parallel": 4, "pipeline_parallel": 1, "zero_stage": 2},
     (13, 1): 16,
     (13, 2): 8,
     (13, 3): 3e-3 * 51 / 100,
+    (13, 5): {"flops_per_token": 6 * 85_000_000 + 12 * 12 * 768 * 1024,
+              "mfu": 1.5e6 * (6 * 85_000_000 + 12 * 12 * 768 * 1024) / (8 * 312e12)},
     (14, 1): 8 * 4 * 3,
     (14, 2): {"gather": 400, "gather_for_metrics": 359},
     (14, 3): 0.1 / 4,
@@ -395,6 +400,13 @@ carries 1.25e9 / 7 = {VALUES[9, 4] / 1e6:.1f} M parameters (check: lesson09.grad
 {VALUES[9, 4]:.4g})). InfiniBand NDR's 50e9 bytes per second is 40 times as much: {40 * VALUES[9, 4] / 1e9:.2f} B
 parameters. A good answer adds that real steps overlap this with backward (lesson 05), and that the latency
 term, 2(p - 1)α, grows with the ring while the bandwidth term does not."""),
+    (9, 5): (VALUE + " + rubric", f"""
+{VALUES[9, 5]}
+(check: lesson09.torchrun_command("...") with that line). Every node runs this same line, node 2 included: the
+c10d rendezvous on node1:29400 numbers the nodes itself (part 1), so no --node-rank is given, and the
+--rdzv-id, a name of the job's own, is what its agents meet under. A good answer says so, and
+that torchrun's static form (--node-rank=1 --master-addr=node1 --master-port=...) also works but needs a line
+per node, the rank of each written by hand."""),
     (10, 1): (RUBRIC, """
 Measured (3 runs each): with rank 1 sleeping, rank 0 raised "Timed out waiting 2000ms for recv operation to
 complete" after 2.0 s; with rank 1 returning at once, rank 0 raised after about 0.01 s, with "Connection reset
@@ -490,6 +502,13 @@ columns need every hidden unit), and GeLU after it is not linear, so the partial
 of the first block cannot go. In backward the first block's row-split B needs the whole gradient of h, but
 each rank only has its part from its own columns of A: f of the second block adds them. A transformer layer
 (attention + MLP, both built this way) therefore costs 2 all-reduces in forward and 2 in backward."""),
+    (12, 5): (VALUE + " + rubric", """
+Tensor parallel 4 × ZeRO-2 (check: lesson12.layout_without_zero3(70e9, 64, 80, 4, 1, 2)). In part 4's order:
+DDP holds 16 × 70e9 = 1,120 GB a GPU, ZeRO-1 4Ψ + 12Ψ/64 = 293 GB, ZeRO-2 2Ψ + 14Ψ/64 = 155 GB: none fits. With
+tensor parallelism t each GPU holds Ψ/t and ZeRO divides by 64/t: t = 2 gives 560, 153 and 85.3 GB (just over
+80), t = 4 gives 280, 83.1 and 50.3 GB, the first to fit. (ZeRO-3 alone would fit at 16Ψ/64 = 17.5 GB, for 1.5
+times DDP's traffic.) A good answer adds that activations come on top, so the 30 GB left is what the
+micro-batch and recomputation must fit in (part 4's remedies), and that t stays within a node of 8 GPUs."""),
     (13, 1): (VALUE + " + " + RUBRIC, f"""
 96 / (3 ranks x 2 micro-batches) = {VALUES[13, 1]} examples per forward-backward
 (check: lesson13.micro_batch(96, 3, 2, {VALUES[13, 1]})). 64 is not a multiple of 3: no equal split of the
@@ -501,6 +520,14 @@ ceil(1000 / 16) = 63 examples per rank, 16 x 63 = 1008: {VALUES[13, 2]} examples
     (13, 3): (VALUE, f"""
 Step 50 is in the warmup (100 steps): 3e-3 x (50 + 1) / 100 = {VALUES[13, 3]:.2e}
 (check: lesson13.learning_rate_at(50, {VALUES[13, 3]:.2e}))."""),
+    (13, 5): (VALUE, f"""
+6 × 85e6 + 12 × 12 × 768 × 1024 = 510,000,000 + 113,246,208 = {VALUES[13, 5]["flops_per_token"]:,} FLOPs per
+token (check: lesson13.training_flops(85_000_000, 12, 768, 1024, {VALUES[13, 5]["flops_per_token"]})): attention
+adds 22 % to the 6N of the weights at this length. MFU = 1.5e6 tokens/s × {VALUES[13, 5]["flops_per_token"]:.4g}
+/ (8 × 312e12) = {VALUES[13, 5]["mfu"]:.3f} (check: lesson13.model_flops_utilisation(1.5e6,
+{VALUES[13, 5]["flops_per_token"]}, 8, 312e12, {VALUES[13, 5]["mfu"]:.3f})): 37.5 % of the GPUs' peak, the
+rest going to what is not a model matmul (softmax, LayerNorm, the optimizer), to memory-bound kernels and to
+communication that is not hidden."""),
     (13, 4): (RUBRIC, """
 A good answer: 2 ranks x 2 micro-batches of 16 make the same global batch of 64, so the schedule and the
 updates are the same and the run learns alike (held-out exact match above 0.95, as in part 3). The first loss

@@ -1,8 +1,12 @@
-"""Checks for lesson 09's exercises: torchrun's numbering, launcher variables, and what a link costs."""
+"""Checks for lesson 09's exercises: torchrun's numbering, a multi-node torchrun command, launcher variables,
+and what a link costs."""
 
 from __future__ import annotations
 
+import io
+import shlex
 from collections.abc import Callable
+from contextlib import redirect_stderr
 
 from dpedu._validate import real, whole
 from dpedu.cluster.rank_variables import torch_variables
@@ -70,3 +74,32 @@ def gradient_parameters(link: str, world_size: int, seconds: float, answer: floa
     truth = seconds / ring_time(4, 0.0, 1 / LINK_BANDWIDTH[link], world_size)  # the bandwidth term grows with bytes
     return verdict(close(answer, truth, 0.02), "each rank sends 2(p - 1)/p of the gradients, 4 bytes a parameter, "
                                               "at the link's bandwidth in bytes per second")
+
+
+def torchrun_command(answer: str) -> bool:
+    """The command node 2 runs in a job of 4 nodes with 8 GPUs each, its c10d rendezvous served on ``node1``,
+    port 29400, running ``-m dpedu.scripts.train_ddp``. Read by torchrun's own argument parser."""
+    from torch.distributed.run import get_args_parser  # torchrun's parser, imported only when checking
+
+    if not isinstance(answer, str):
+        raise TypeError(f"answer must be the command as one string, got {answer!r}")
+    words = shlex.split(answer)
+    if words[:1] == ["torchrun"]:
+        words = words[1:]
+    elif words[1:3] == ["-m", "torch.distributed.run"]:  # what the torchrun command runs, from any python
+        words = words[3:]
+    else:
+        return verdict(False, "start with torchrun (or python -m torch.distributed.run)")
+    said = io.StringIO()
+    try:
+        with redirect_stderr(said):
+            args = get_args_parser().parse_args(words)
+    except SystemExit:
+        refusal = said.getvalue().strip().splitlines()[-1] if said.getvalue().strip() else "no script"
+        return verdict(False, f"torchrun would refuse it: {refusal.split('error: ', 1)[-1]}")
+    right = (args.nnodes in ("4", "4:4") and args.nproc_per_node == "8" and args.rdzv_backend == "c10d"
+             and args.rdzv_endpoint == "node1:29400" and args.rdzv_id != "none" and not args.standalone
+             and args.module and args.training_script == "dpedu.scripts.train_ddp")
+    return verdict(right, "every node runs the same line: --nnodes, --nproc-per-node, --rdzv-backend=c10d, "
+                          "--rdzv-endpoint=HOST:PORT and an --rdzv-id of the job's own, then -m and the module; "
+                          "the rendezvous numbers the nodes, so no --node-rank is needed")

@@ -1,8 +1,10 @@
-"""Checks for lesson 12's exercises: the pipeline's bubble and 1F1B's memory."""
+"""Checks for lesson 12's exercises: the pipeline's bubble, 1F1B's memory, and a layout from the memory
+calculator."""
 
 from __future__ import annotations
 
-from dpedu._validate import whole
+from dpedu._validate import real, whole
+from dpedu.beyond.parallelism_plan import options
 from dpedu.beyond.pipeline import bubble_fraction, peak_in_flight, schedule
 from dpedu.exercises import close, number, verdict
 
@@ -25,3 +27,23 @@ def micro_batches_kept(kind: str, stages: int, micro_batches: int, stage: int, a
     number(answer)
     return verdict(answer == truth, "list the stage's forwards and backwards in order and count the "
                                     "micro-batches forwarded but not yet backwarded")
+
+
+def layout_without_zero3(params: float, gpus: int, gpu_memory_gb: float, tensor_parallel: int,
+                         pipeline_parallel: int, zero_stage: int) -> bool:
+    """Model states only (mixed-precision Adam, 16 bytes a parameter): the first layout, in part 4's preferred
+    order, whose states fit on ``gpus`` GPUs of ``gpu_memory_gb`` GB when ZeRO-3 is ruled out (its traffic).
+    The answer is that layout's ``tensor_parallel``, ``pipeline_parallel`` and ``zero_stage``."""
+    real("params", params, above=0)
+    for name, value in (("tensor_parallel", tensor_parallel), ("pipeline_parallel", pipeline_parallel)):
+        whole(name, value)
+    whole("zero_stage", zero_stage, minimum=0, maximum=3)
+    first = next((o for o in options(params, gpus=gpus, gpu_memory_gb=gpu_memory_gb)
+                  if o.fits and o.zero_stage != 3), None)
+    if first is None:
+        raise ValueError(f"no layout without ZeRO-3 fits {params:.3g} parameters on {gpus} GPUs of {gpu_memory_gb} "
+                         "GB: ask for more GPUs or more memory")
+    answer = (tensor_parallel, pipeline_parallel, zero_stage)
+    return verdict(answer == (first.tensor_parallel, first.pipeline_parallel, first.zero_stage),
+                   "data parallelism alone first (DDP, ZeRO-1, ZeRO-2), then tensor parallelism 2, 4, 8, each with "
+                   "DDP, ZeRO-1, ZeRO-2: each GPU holds 1/t of the parameters, and ZeRO divides by the rest")

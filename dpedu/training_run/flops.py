@@ -34,8 +34,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from dpedu._validate import real, tensor, whole
 
-__all__ = ["non_embedding_parameters", "training_flops_per_token", "counted_flops_per_token", "peak_flops", "mfu",
-           "plausible_mfu"]
+__all__ = ["non_embedding_parameters", "training_flops_per_token", "flops_per_token", "counted_flops_per_token",
+           "peak_flops", "mfu", "plausible_mfu"]
 
 
 def non_embedding_parameters(model: nn.Module) -> int:
@@ -47,9 +47,15 @@ def non_embedding_parameters(model: nn.Module) -> int:
 def training_flops_per_token(model: nn.Module, sequence: int) -> int:
     """FLOPs of one token's forward and backward through ``model`` (lesson 13's ``gpt.GPT``), in sequences
     of ``sequence`` tokens: 6·N + 12·L·d·T (N non-embedding parameters, L layers, width d, T = ``sequence``)."""
-    whole("sequence", sequence)
-    layers, width = len(model.blocks), model.tokens.embedding_dim
-    return 6 * non_embedding_parameters(model) + 12 * layers * width * sequence
+    return flops_per_token(non_embedding_parameters(model), len(model.blocks), model.tokens.embedding_dim, sequence)
+
+
+def flops_per_token(parameters: int, layers: int, width: int, sequence: int) -> int:
+    """6·N + 12·L·d·T: the training FLOPs per token of a GPT with N = ``parameters`` non-embedding parameters,
+    L = ``layers`` blocks of width d = ``width``, in sequences of T = ``sequence`` tokens."""
+    for name, value in (("parameters", parameters), ("layers", layers), ("width", width), ("sequence", sequence)):
+        whole(name, value)
+    return 6 * parameters + 12 * layers * width * sequence
 
 
 def counted_flops_per_token(model: nn.Module, tokens: torch.Tensor) -> float:

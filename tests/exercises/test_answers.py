@@ -149,6 +149,7 @@ def test_lesson09_to_11_answers_pass_the_checks():
     assert lesson09.bucket_milliseconds("100 GbE", 64, values[9, 3])
     assert lesson09.gradient_parameters("10 GbE", 8, 1.0, values[9, 4])
     assert lesson09.gradient_parameters("InfiniBand NDR", 8, 1.0, 40 * values[9, 4])  # the second half
+    assert lesson09.torchrun_command(values[9, 5])
     eighty, one_batch = values[10, 3].values()
     assert all(lesson10.steps_per_epoch(80, workers, steps) for workers, steps in eighty.items())
     assert all(lesson10.steps_per_epoch(one_batch, workers, 17) for workers in (1, 2, 3, 4))
@@ -168,9 +169,12 @@ def test_lesson12_and_13_answers_pass_the_checks():
     fewest = bubbles["fewest micro-batches under 10 %"]
     assert bubble_fraction(4, fewest) < 0.1 <= bubble_fraction(4, fewest - 1)
     assert all(lesson12.micro_batches_kept(kind, 4, 8, 1, kept) for kind, kept in values[12, 2].items())
+    assert lesson12.layout_without_zero3(70e9, 64, 80, *values[12, 5].values())
     assert lesson13.micro_batch(96, 3, 2, values[13, 1])
     assert lesson13.padding(1000, 16, values[13, 2])
     assert lesson13.learning_rate_at(50, values[13, 3])
+    assert lesson13.training_flops(85_000_000, 12, 768, 1024, values[13, 5]["flops_per_token"])
+    assert lesson13.model_flops_utilisation(1.5e6, values[13, 5]["flops_per_token"], 8, 312e12, values[13, 5]["mfu"])
     assert lesson14.examples_per_step(8, 4, 3, values[14, 1])
     assert lesson14.gathered(359, 50, 4, values[14, 2]["gather"])
     assert lesson14.twice_divided_lr(0.1, 4, values[14, 3])

@@ -39,3 +39,37 @@ def test_gradient_parameters_inverts_the_rings_bandwidth_term():
     assert not lesson09.gradient_parameters("10 GbE", 8, 1.0, 1.25e9 / 4)  # one copy of the gradients, not 1.75
     with pytest.raises(ValueError, match="seconds"):
         lesson09.gradient_parameters("10 GbE", 8, 0, 1.0)
+
+
+RIGHT = ("torchrun --nnodes=4 --nproc-per-node=8 --rdzv-backend=c10d --rdzv-endpoint=node1:29400 --rdzv-id=job1 "
+         "-m dpedu.scripts.train_ddp")
+
+
+@pytest.mark.parametrize("command", [
+    RIGHT,
+    RIGHT.replace("--nproc-per-node=8", "--nproc_per_node 8").replace("--nnodes=4", "--nnodes=4:4"),
+    RIGHT.replace("torchrun", "python3 -m torch.distributed.run") + " --steps 10",  # the script's own options after
+    RIGHT.replace("-m dpedu", "--node-rank=1 -m dpedu"),  # given, and ignored by the c10d rendezvous
+])
+def test_torchrun_command_accepts_what_torchrun_would_run_on_every_node(command):
+    assert lesson09.torchrun_command(command)
+
+
+@pytest.mark.parametrize(("command", "said"), [
+    (RIGHT.replace("--nnodes=4", "--nnodes=2"), "every node runs the same line"),
+    (RIGHT.replace("--nproc-per-node=8", "--nproc-per-node=4"), "every node runs the same line"),
+    (RIGHT.replace(" --rdzv-id=job1", ""), "every node runs the same line"),  # no job id
+    (RIGHT.replace("-m dpedu.scripts.train_ddp", "dpedu/scripts/train_ddp.py"), "every node runs the same line"),
+    ("torchrun --nnodes=4 --nproc-per-node=8 --node-rank=1 --master-addr=node1 --master-port=29400 "
+     "-m dpedu.scripts.train_ddp", "every node runs the same line"),  # the static form: not this job's rendezvous
+    (RIGHT.replace("--rdzv-id", "--rdzv-name"), "unrecognized arguments"),  # torchrun itself refuses it
+    ("mpirun -n 32 python -m dpedu.scripts.train_ddp", "start with torchrun"),
+])
+def test_torchrun_command_catches_a_wrong_line_and_says_what_is_wrong(command, said, capsys):
+    assert not lesson09.torchrun_command(command)
+    assert said in capsys.readouterr().out
+
+
+def test_torchrun_command_wants_a_string():
+    with pytest.raises(TypeError, match="answer must be the command as one string"):
+        lesson09.torchrun_command(["torchrun"])

@@ -13,7 +13,19 @@ def test_micro_batches_kept_check():
     assert lesson12.micro_batches_kept("gpipe", 4, 8, 1, 8)
 
 
+def test_layout_without_zero3_check():
+    assert lesson12.layout_without_zero3(70e9, 64, 80, 4, 1, 2)
+    assert not lesson12.layout_without_zero3(70e9, 64, 80, 1, 1, 3)  # ZeRO-3 fits, and is ruled out
+    assert not lesson12.layout_without_zero3(70e9, 64, 80, 2, 1, 2)  # 85.3 GB: just over
+    assert not lesson12.layout_without_zero3(70e9, 64, 80, 8, 1, 1)  # fits, but tensor parallel 4 comes first
+    assert lesson12.layout_without_zero3(7.5e9, 64, 32, 1, 1, 1)  # ZeRO-1: 4Ψ + 12Ψ/64 = 31.4 GB, the paper's example
+    with pytest.raises(ValueError, match="no layout without ZeRO-3 fits"):
+        lesson12.layout_without_zero3(70e9, 8, 16, 8, 1, 2)
+
+
 @pytest.mark.parametrize(("call", "error", "name"), [
+    (lambda: lesson12.layout_without_zero3(70e9, 64, 80, 4, 1, 4), ValueError, "zero_stage"),
+    (lambda: lesson12.layout_without_zero3(70e9, 64, 80, 0, 1, 2), ValueError, "tensor_parallel"),
     (lambda: lesson12.bubble(0, 8, 0.1), ValueError, "stages"),
     (lambda: lesson12.micro_batches_kept("zb", 4, 8, 1, 3), ValueError, "kind"),
     (lambda: lesson12.micro_batches_kept("1f1b", 4, 8, 4, 3), ValueError, "stage"),

@@ -23,6 +23,21 @@ def test_learning_rate_check():
     assert not lesson13.learning_rate_at(999, 3e-3)
 
 
+def test_flops_and_mfu_checks():
+    right = 6 * 85_000_000 + 12 * 12 * 768 * 1024
+    assert lesson13.training_flops(85_000_000, 12, 768, 1024, right)
+    assert not lesson13.training_flops(85_000_000, 12, 768, 1024, 6 * 85_000_000)  # attention left out
+    assert not lesson13.training_flops(85_000_000, 12, 768, 1024, 2 * 85_000_000 + 4 * 12 * 768 * 1024)  # forward only
+    mfu = 1.5e6 * right / (8 * 312e12)
+    assert lesson13.model_flops_utilisation(1.5e6, right, 8, 312e12, mfu)
+    assert not lesson13.model_flops_utilisation(1.5e6, right, 8, 312e12, 8 * mfu)  # one device's peak
+    assert not lesson13.model_flops_utilisation(1.5e6, right, 8, 312e12, 100 * mfu)  # a percentage
+    with pytest.raises(ValueError, match="devices"):
+        lesson13.model_flops_utilisation(1.5e6, right, 0, 312e12, mfu)
+    with pytest.raises(ValueError, match="width"):
+        lesson13.training_flops(85_000_000, 12, 0, 1024, right)
+
+
 @pytest.mark.parametrize("answer", ["16", True, None])
 def test_checks_refuse_non_numbers(answer):
     with pytest.raises(TypeError, match="answer must be a number"):
