@@ -55,6 +55,8 @@ VALUES: dict[tuple[int, int], object] = {
             "-m dpedu.scripts.train_ddp",
     (10, 3): {"80 on 1, 2, 4 workers": {1: 17, 2: 17, 4: 18}, "one batch for 1 to 4 workers": 84},
     (10, 4): 86.2,
+    (10, 5): ["a wrong MASTER_ADDR", "an unused parameter", "a skipped collective", "a wrong network interface",
+              "mismatched shapes", "a port in use", "mismatched collectives"],
     (11, 1): 37.375,
     (11, 2): {3e-8: True, 2e-8: False},
     (11, 3): 15.0,
@@ -440,6 +442,13 @@ lesson10.checkpoint_minutes(4096, 5, {VALUES[10, 4]})). With a 30 s write, sqrt(
 interval shrinks only with the square root of the write time, and a job then loses on average about half an
 interval of work per failure plus the restart. A good answer says why the rate per GPU is only an estimate
 (Llama 3 ran on "up to" 16,384 GPUs, so the rate per GPU is if anything higher)."""),
+    (10, 5): (VALUE, f"""
+{VALUES[10, 5]} (check: lesson10.name_the_failures(that list)). 1: a client that cannot connect within the
+timeout (to 127.0.0.2, where no store listens) is a wrong MASTER_ADDR; 3, a receive that waited its 2 s for a peer
+that never sent, is the skipped collective. 2 is DDP's reducer at the second iteration, a parameter that got no
+gradient; 4 is gloo looking for an interface the machine has not; 5 is gloo receiving 8 bytes where it expected 4
+(the shapes differ, and only DETAIL names them); 6 is the store's server finding its port taken; 7 is DETAIL's
+fingerprint check comparing the ranks' calls before they run."""),
     (11, 1): (VALUE, f"""
 ZeRO-2 keeps the fp16 parameters whole (2Ψ) and shards gradients and optimizer state (14Ψ/N):
 2 · 13e9 + 14 · 13e9/16 bytes = 26 + 11.375 = {VALUES[11, 1]} GB

@@ -154,6 +154,7 @@ def test_lesson09_to_11_answers_pass_the_checks():
     assert all(lesson10.steps_per_epoch(80, workers, steps) for workers, steps in eighty.items())
     assert all(lesson10.steps_per_epoch(one_batch, workers, 17) for workers in (1, 2, 3, 4))
     assert lesson10.checkpoint_minutes(4096, 5, values[10, 4])
+    assert lesson10.name_the_failures(values[10, 5])
     assert lesson11.zero_gigabytes(13e9, 16, 2, values[11, 1])
     assert lesson11.zero_gigabytes(13e9, 16, 2, 61.75, "autocast")  # the second half of the answer's text
     assert all(lesson11.survives_float16(value, survives) for value, survives in values[11, 2].items())

@@ -1,3 +1,7 @@
+import json
+import re
+from pathlib import Path
+
 import pytest
 
 from dpedu.exercises import lesson10
@@ -17,3 +21,30 @@ def test_checkpoint_minutes_follows_youngs_rule_at_llama3s_rate():
     assert not lesson10.checkpoint_minutes(4096, 5, 2 * 5 * 742)  # the square root forgotten
     with pytest.raises(ValueError, match="write_minutes"):
         lesson10.checkpoint_minutes(4096, 0, 1.0)
+
+
+RIGHT = ["a wrong MASTER_ADDR", "an unused parameter", "a skipped collective", "a wrong network interface",
+         "mismatched shapes", "a port in use", "mismatched collectives"]
+
+
+def test_every_excerpt_is_a_line_lesson_10_printed_and_every_failure_is_named_once():
+    notebook = json.loads((Path(__file__).resolve().parents[2] / "notebooks" / "10_when_things_go_wrong.ipynb")
+                          .read_text())
+    printed = "".join("".join(output.get("text", "")) for cell in notebook["cells"] if cell["cell_type"] == "code"
+                      for output in cell["outputs"])
+    for line, _ in lesson10._EXCERPTS:  # " ..." marks where the lesson's output starts a new line
+        assert all(part in printed for part in re.split(r" (?=\.\.\.)", line)), line
+    assert sorted(failure for _, failure in lesson10._EXCERPTS) == sorted(lesson10.FAILURES)
+
+
+def test_name_the_failures_check(capsys):
+    lesson10.failure_excerpts()
+    assert capsys.readouterr().out.splitlines()[0].startswith("1. The client socket has timed out")
+    assert lesson10.name_the_failures(RIGHT)
+    swapped = [RIGHT[2], RIGHT[1], RIGHT[0], *RIGHT[3:]]  # the two timeouts, each taken for the other
+    assert not lesson10.name_the_failures(swapped)
+    assert "excerpt(s) [1, 3] not yet" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="not in lesson10.FAILURES"):
+        lesson10.name_the_failures([*RIGHT[:6], "a hang"])
+    with pytest.raises(TypeError, match="a list of 7 names"):
+        lesson10.name_the_failures(RIGHT[:6])
