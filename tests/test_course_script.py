@@ -156,26 +156,46 @@ def test_without_a_known_command_it_prints_its_usage_and_exits_2(bash, venv, arg
     assert calls(venv) == []
 
 
-def _unit_test_workers() -> str:
-    cores = int(subprocess.run(["getconf", "_NPROCESSORS_ONLN"], capture_output=True, text=True).stdout)
-    return str(0 if cores < 2 else min(cores, 4))
+def stand_in(folder: Path, name: str, script: str) -> Path:
+    """An executable ``name`` in ``folder`` that runs ``script`` (sh), standing in for the system's."""
+    folder.mkdir(exist_ok=True)
+    (folder / name).write_text(f"#!/bin/sh\n{script}\n")
+    (folder / name).chmod(0o755)
+    return folder
 
 
 @each_bash
-@pytest.mark.parametrize("fails", [None, "first", "both"])
-def test_test_alone_runs_the_unit_tests_over_the_cores_then_the_notebooks_and_fails_if_either_does(bash, venv, fails):
+@pytest.mark.parametrize("fails", [None, "first", "second", "both", "interrupted"])
+def test_test_alone_runs_the_unit_tests_over_the_cores_then_the_notebooks_and_fails_if_either_does(bash, venv, fails,
+                                                                                                   tmp_path):
     (venv / "lib" / "python3.99" / "site-packages" / "torch").mkdir(parents=True)
-    if fails:  # the stand-in python fails its first pytest run (or every one), after recording the call
-        failing = "-n" if fails == "first" else "pytest"
+    failing = {"first": ("-n", 3), "second": ("notebooks", 3), "both": ("pytest", 3), "interrupted": ("-n", 2)}
+    if fails:  # the stand-in python fails a pytest run, after recording the call
+        word, code = failing[fails]
         stub = (venv / "bin" / "python").read_text().replace(
-            "exit 0", f'case " $* " in *" {failing} "*) exit 3 ;; esac\nexit 0')
+            "exit 0", f'case " $* " in *" {word} "*) exit {code} ;; esac\nexit 0')
         (venv / "bin" / "python").write_text(stub)
-    run = course(bash, venv, "test")
-    assert run.returncode == (3 if fails else 0), run.stderr
-    assert calls(venv)[1:] == [
-        ["python", "-m", "pytest", "-n", _unit_test_workers(), "--dist", "loadfile", "--ignore=tests/test_browser.py",
-         "tests"],
-        ["python", "-m", "pytest", "tests/test_browser.py", "notebooks"]]  # run even after the first failed
+    run = course(bash, venv, "test", first_on_path=stand_in(tmp_path / "bin", "nproc", "echo 2"))
+    assert run.returncode == (failing[fails][1] if fails else 0), run.stderr
+    units = ["python", "-m", "pytest", "-n", "2", "--dist", "loadfile", "--ignore=tests/test_browser.py", "tests"]
+    notebooks = ["python", "-m", "pytest", "tests/test_browser.py", "notebooks"]
+    # the notebooks run even after the unit tests failed, not after Ctrl-C stopped them
+    assert calls(venv)[1:] == ([units] if fails == "interrupted" else [units, notebooks])
+
+
+@pytest.mark.parametrize(("nproc", "getconf", "workers"), [
+    ("echo 16", "echo 16", "4"),  # more buys little: at most 4
+    ("echo 3", "echo 16", "3"),  # nproc counts what this process may use (a container's CPUs)
+    ("echo 1", "echo 16", "0"),  # one CPU: no workers, the tests in pytest's own process
+    ("exit 127", "echo 2", "2"),  # no nproc (macOS): getconf
+    ("exit 127", "exit 1", "0"),  # neither answers: one CPU assumed
+])
+def test_the_unit_tests_get_a_worker_per_usable_cpu_up_to_4(venv, nproc, getconf, workers, tmp_path):
+    (venv / "lib" / "python3.99" / "site-packages" / "torch").mkdir(parents=True)
+    stand_in(tmp_path / "bin", "nproc", nproc)
+    run = course(bashes()[0], venv, "test", first_on_path=stand_in(tmp_path / "bin", "getconf", getconf))
+    assert run.returncode == 0, run.stderr
+    assert calls(venv)[1][3:5] == ["-n", workers]
 
 
 @each_bash

@@ -75,15 +75,28 @@ def _process_owners(proc: Path = Path("/proc")) -> set[int]:
     return owners
 
 
+def _login_uid() -> int | None:
+    """The user this session logged in as, kept by the kernel through sudo and su (None where it is unset)."""
+    with suppress(OSError, ValueError):
+        uid = int(Path("/proc/self/loginuid").read_text())
+        return None if uid == 2**32 - 1 else uid
+    return None
+
+
 def _other_people() -> set[int]:
-    """The people, other than whoever runs this (sudo's caller included), with a process here: user ids from
-    login.defs' UID_MIN (1000 unless it says otherwise) up, nobody (65534) aside; system services run below it."""
-    first = 1000
+    """The people, other than whoever runs this (who logged in, and sudo's caller), with a process here: user
+    ids from login.defs' UID_MIN to UID_MAX (1000 and 60000 unless it says otherwise); system services run
+    below, nobody (65534) and systemd's dynamic users above."""
+    bounds = {"UID_MIN": 1000, "UID_MAX": 60000}
     with suppress(OSError):
-        if found := re.search(r"^\s*UID_MIN\s+(\d+)", Path("/etc/login.defs").read_text(), re.MULTILINE):
-            first = int(found[1])
-    mine = {os.getuid()} | ({int(os.environ["SUDO_UID"])} if os.environ.get("SUDO_UID", "").isdigit() else set())
-    return {uid for uid in _process_owners() if uid >= first and uid != 65534 and uid not in mine}
+        defs = Path("/etc/login.defs").read_text()
+        for name in bounds:
+            if found := re.search(rf"^\s*{name}\s+(\d+)", defs, re.MULTILINE):
+                bounds[name] = int(found[1])
+    mine = {os.getuid(), _login_uid()}
+    if os.environ.get("SUDO_UID", "").isdigit():
+        mine.add(int(os.environ["SUDO_UID"]))
+    return {uid for uid in _process_owners() if bounds["UID_MIN"] <= uid <= bounds["UID_MAX"] and uid not in mine}
 
 
 @dataclass(frozen=True)

@@ -406,9 +406,10 @@ term, 2(p - 1)α, grows with the ring while the bandwidth term does not."""),
 {VALUES[9, 5]}
 (check: lesson09.torchrun_command("...") with that line). Every node runs this same line, node 2 included: the
 c10d rendezvous on node1:29400 numbers the nodes itself (part 1), so no --node-rank is given, and the
---rdzv-id, a name of the job's own, is what its agents meet under. A good answer says so, and
-that torchrun's static form (--node-rank=1 --master-addr=node1 --master-port=...) also works but needs a line
-per node, the rank of each written by hand."""),
+--rdzv-id, a name of the job's own, is what its agents meet under (the check accepts torchrun's default too).
+A good answer says so, and that torchrun's static form (--node-rank=1 --master-addr=node1 --master-port=...)
+would also start a job, but not this one, whose rendezvous is c10d's: it needs a line per node, each node's
+rank written by hand."""),
     (10, 1): (RUBRIC, """
 Measured (3 runs each): with rank 1 sleeping, rank 0 raised "Timed out waiting 2000ms for recv operation to
 complete" after 2.0 s; with rank 1 returning at once, rank 0 raised after about 0.01 s, with "Connection reset

@@ -84,7 +84,9 @@ def torchrun_command(answer: str) -> bool:
     if not isinstance(answer, str):
         raise TypeError(f"answer must be the command as one string, got {answer!r}")
     words = shlex.split(answer)
-    if words[:1] == ["torchrun"]:
+    while words and "=" in words[0] and not words[0].startswith("-"):  # NAME=value before the command
+        words = words[1:]
+    if words[:1] and words[0].rsplit("/", 1)[-1] == "torchrun":
         words = words[1:]
     elif words[1:3] == ["-m", "torch.distributed.run"]:  # what the torchrun command runs, from any python
         words = words[3:]
@@ -97,9 +99,14 @@ def torchrun_command(answer: str) -> bool:
     except SystemExit:
         refusal = said.getvalue().strip().splitlines()[-1] if said.getvalue().strip() else "no script"
         return verdict(False, f"torchrun would refuse it: {refusal.split('error: ', 1)[-1]}")
-    right = (args.nnodes in ("4", "4:4") and args.nproc_per_node == "8" and args.rdzv_backend == "c10d"
-             and args.rdzv_endpoint == "node1:29400" and args.rdzv_id != "none" and not args.standalone
-             and args.module and args.training_script == "dpedu.scripts.train_ddp")
-    return verdict(right, "every node runs the same line: --nnodes, --nproc-per-node, --rdzv-backend=c10d, "
-                          "--rdzv-endpoint=HOST:PORT and an --rdzv-id of the job's own, then -m and the module; "
-                          "the rendezvous numbers the nodes, so no --node-rank is needed")
+    faults = [fault for fault, wrong in (
+        ("--nnodes: the job's 4 nodes", args.nnodes not in ("4", "4:4")),
+        ("--nproc-per-node: a worker per GPU, 8", args.nproc_per_node not in ("8", "gpu", "auto")),
+        ("--rdzv-backend=c10d, without --standalone (that is one node on its own)",
+         args.rdzv_backend != "c10d" or args.standalone),
+        ("--rdzv-endpoint: node1, port 29400", args.rdzv_endpoint not in ("node1:29400", "node1")),  # c10d's default
+        ("-m dpedu.scripts.train_ddp: the script as a module",
+         not args.module or args.training_script != "dpedu.scripts.train_ddp"),
+    ) if wrong]
+    return verdict(not faults, "every node runs the same line, and this one's rendezvous numbers the nodes (no "
+                               f"--node-rank needed); look again at {'; '.join(faults)}")

@@ -43,7 +43,8 @@ def test_unavailable_reason_says_root_is_needed(monkeypatch):
     ({0, 1001, 1002}, "1001", None, True),  # sudo's caller is the teacher; 1002 is someone else
     ({0, 1001}, None, "1", False),  # the teacher says every user is trusted
     ({0, 1001}, "1001", None, False),  # the one other user is whoever became root through sudo
-    ({0, 100, 65534}, None, None, False),  # a system service's account and nobody are not people
+    ({0, 100, 65534, 61184}, None, None, False),  # a system service's account, nobody, a systemd dynamic user
+    ({0, 1000}, None, None, False),  # root's shell came from user 1000's login (sudo su -): the kernel remembers
 ])
 def test_unavailable_reason_refuses_where_other_people_have_processes(monkeypatch, owners, sudo_uid, shared_ok,
                                                                       refused):
@@ -53,6 +54,7 @@ def test_unavailable_reason_refuses_where_other_people_have_processes(monkeypatc
     monkeypatch.setattr(slurm.os, "geteuid", lambda: 0)
     monkeypatch.setattr(slurm.os, "getuid", lambda: 0)
     monkeypatch.setattr(slurm, "_process_owners", lambda: owners)
+    monkeypatch.setattr(slurm, "_login_uid", lambda: 1000)
     for name, value in (("SUDO_UID", sudo_uid), (slurm.SHARED_OK, shared_ok)):
         if value is None:
             monkeypatch.delenv(name, raising=False)
@@ -66,6 +68,7 @@ def test_unavailable_reason_refuses_where_other_people_have_processes(monkeypatc
         assert reason is None
 
 
+@pytest.mark.skipif(not Path("/proc").exists(), reason="no /proc here (the cluster runs on Linux alone)")
 def test_the_process_owners_include_this_process_user():
     assert slurm.os.getuid() in slurm._process_owners()
 

@@ -50,18 +50,22 @@ RIGHT = ("torchrun --nnodes=4 --nproc-per-node=8 --rdzv-backend=c10d --rdzv-endp
     RIGHT.replace("--nproc-per-node=8", "--nproc_per_node 8").replace("--nnodes=4", "--nnodes=4:4"),
     RIGHT.replace("torchrun", "python3 -m torch.distributed.run") + " --steps 10",  # the script's own options after
     RIGHT.replace("-m dpedu", "--node-rank=1 -m dpedu"),  # given, and ignored by the c10d rendezvous
+    RIGHT.replace(" --rdzv-id=job1", ""),  # torchrun's default id serves one job
+    RIGHT.replace("node1:29400", "node1").replace("--nproc-per-node=8", "--nproc-per-node=gpu"),  # c10d's port
+    "OMP_NUM_THREADS=1 /usr/local/bin/" + RIGHT,
 ])
 def test_torchrun_command_accepts_what_torchrun_would_run_on_every_node(command):
     assert lesson09.torchrun_command(command)
 
 
 @pytest.mark.parametrize(("command", "said"), [
-    (RIGHT.replace("--nnodes=4", "--nnodes=2"), "every node runs the same line"),
-    (RIGHT.replace("--nproc-per-node=8", "--nproc-per-node=4"), "every node runs the same line"),
-    (RIGHT.replace(" --rdzv-id=job1", ""), "every node runs the same line"),  # no job id
-    (RIGHT.replace("-m dpedu.scripts.train_ddp", "dpedu/scripts/train_ddp.py"), "every node runs the same line"),
+    (RIGHT.replace("--nnodes=4", "--nnodes=2"), "--nnodes"),
+    (RIGHT.replace("--nproc-per-node=8", "--nproc-per-node=4"), "--nproc-per-node"),
+    (RIGHT.replace("node1:29400", "node2:29400"), "--rdzv-endpoint"),
+    (RIGHT.replace("-m dpedu.scripts.train_ddp", "dpedu/scripts/train_ddp.py"), "as a module"),
+    (RIGHT.replace("--nnodes=4", "--standalone --nnodes=4"), "--rdzv-backend=c10d, without --standalone"),
     ("torchrun --nnodes=4 --nproc-per-node=8 --node-rank=1 --master-addr=node1 --master-port=29400 "
-     "-m dpedu.scripts.train_ddp", "every node runs the same line"),  # the static form: not this job's rendezvous
+     "-m dpedu.scripts.train_ddp", "--rdzv-backend=c10d"),  # the static form: not this job's rendezvous
     (RIGHT.replace("--rdzv-id", "--rdzv-name"), "unrecognized arguments"),  # torchrun itself refuses it
     ("mpirun -n 32 python -m dpedu.scripts.train_ddp", "start with torchrun"),
 ])
