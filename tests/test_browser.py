@@ -42,9 +42,10 @@ NOTEBOOKS = sorted([*(ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"), *(ROOT / "
 SCREENSHOTS = ROOT / ".browser-failures"
 CHROMIUM = os.environ.get("DPEDU_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 # Seconds for "Run All" of one notebook on 2 cores: a hang detector, not the time budget (benchmarks/cell_times.py
-# checks that). Twice the longest lessons' 150-s bar: lesson 13 runs in about 112 s on an idle machine and did not
-# finish in 150 s while other jobs ran beside it, which says nothing about the notebook.
-RUN_LIMIT = 300.0
+# checks that). Three times the longest lessons' 150-s bar: lesson 13 runs in about 112 s on an idle machine, but
+# machines of CI's kind differ more than twofold, and on the slowest it took 305 s under nbval with one core kept
+# busy and did not finish in 300 s in the browser beside other work, which says nothing about the notebook.
+RUN_LIMIT = 450.0
 REDRAW_LIMIT = 2.0  # seconds from a slider move to the new plot
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium: install it (Debian: apt-get install "
