@@ -68,6 +68,10 @@ def test_unavailable_reason_refuses_where_other_people_have_processes(monkeypatc
         assert reason is None
 
 
+def test_without_a_readable_proc_no_owner_is_seen(tmp_path):
+    assert slurm._process_owners(tmp_path / "no-proc") == set()
+
+
 @pytest.mark.skipif(not Path("/proc").exists(), reason="no /proc here (the cluster runs on Linux alone)")
 def test_the_process_owners_include_this_process_user():
     assert slurm.os.getuid() in slurm._process_owners()
