@@ -291,8 +291,7 @@ def a_mac(folder: Path, machine: str, version: str = "3.12", apple_silicon: bool
                    'echo "made a venv: $*" >&2; exit 1',
     }
     for name, body in stand_ins.items():
-        (folder / name).write_text(f"#!/bin/sh\n{body}\n")
-        (folder / name).chmod(0o755)
+        stand_in(folder, name, body)
     return folder
 
 

@@ -65,21 +65,6 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def _process_owners(proc: Path = Path("/proc")) -> set[int]:
-    """The user ids that own a process on this machine (each /proc/PID belongs to its process's user); none where
-    /proc cannot be read (CI's macOS-like pass hides it from Python)."""
-    owners: set[int] = set()
-    try:
-        entries = list(proc.iterdir())
-    except OSError:
-        return owners
-    for entry in entries:
-        if entry.name.isdigit():
-            with suppress(OSError):  # ended meanwhile
-                owners.add(entry.stat().st_uid)
-    return owners
-
-
 def _login_uid() -> int | None:
     """The user this session logged in as, kept by the kernel through sudo and su (None where it is unset)."""
     with suppress(OSError, ValueError):
@@ -101,7 +86,8 @@ def _other_people() -> set[int]:
     mine = {os.getuid(), _login_uid()}
     if os.environ.get("SUDO_UID", "").isdigit():
         mine.add(int(os.environ["SUDO_UID"]))
-    return {uid for uid in _process_owners() if bounds["UID_MIN"] <= uid <= bounds["UID_MAX"] and uid not in mine}
+    owners = {process.owner for process in live_processes()}  # none where /proc cannot be read (CI's macOS-like pass)
+    return {uid for uid in owners if bounds["UID_MIN"] <= uid <= bounds["UID_MAX"] and uid not in mine}
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ calculator."""
 
 from __future__ import annotations
 
-from dpedu._validate import real, whole
+from dpedu._validate import whole
 from dpedu.beyond.parallelism_plan import options
 from dpedu.beyond.pipeline import bubble_fraction, peak_in_flight, schedule
 from dpedu.exercises import close, number, verdict
@@ -34,7 +34,6 @@ def layout_without_zero3(params: float, gpus: int, gpu_memory_gb: float, tensor_
     """Model states only (mixed-precision Adam, 16 bytes a parameter): the first layout, in part 4's preferred
     order, whose states fit on ``gpus`` GPUs of ``gpu_memory_gb`` GB when ZeRO-3 is ruled out (its traffic).
     The answer is that layout's ``tensor_parallel``, ``pipeline_parallel`` and ``zero_stage``."""
-    real("params", params, above=0)
     for name, value in (("tensor_parallel", tensor_parallel), ("pipeline_parallel", pipeline_parallel)):
         whole(name, value)
     whole("zero_stage", zero_stage, minimum=0, maximum=3)

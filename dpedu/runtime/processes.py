@@ -42,6 +42,7 @@ class LiveProcess:
     group: int  # its process group: a rank's own, and every process the rank started
     session: int
     name: str  # the command's name, cut to 15 characters by the kernel
+    owner: int  # the user id it runs as (the owner of /proc/PID)
 
 
 def live_processes() -> list[LiveProcess]:
@@ -52,14 +53,15 @@ def live_processes() -> list[LiveProcess]:
         if not entry.name.isdigit():
             continue
         try:
-            stat = (entry / "stat").read_text()
+            with open(entry / "stat") as file:
+                stat, owner = file.read(), os.fstat(file.fileno()).st_uid
         except OSError:  # gone meanwhile
             continue
         # "pid (name) state parent group session ...": the name may itself hold spaces and parentheses
         name, rest = stat.split("(", 1)[1].rsplit(")", 1)
         state, parent, group, session = rest.split()[:4]
         if state != "Z":
-            found.append(LiveProcess(int(entry.name), int(parent), int(group), int(session), name))
+            found.append(LiveProcess(int(entry.name), int(parent), int(group), int(session), name, owner))
     return found
 
 

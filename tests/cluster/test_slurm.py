@@ -11,6 +11,7 @@ from dpedu import scripts
 from dpedu.cluster import slurm
 from dpedu.cluster.slurm import LocalCluster, local_cluster, unavailable_reason
 from dpedu.runtime.failures import leftover_processes
+from dpedu.runtime.processes import LiveProcess
 
 REASON = unavailable_reason()
 needs_slurm = pytest.mark.skipif(REASON is not None, reason=f"no local Slurm cluster here: {REASON}")
@@ -34,7 +35,7 @@ def test_unavailable_reason_says_root_is_needed(monkeypatch):
     assert "needs root" in unavailable_reason()
     monkeypatch.setattr(slurm.os, "geteuid", lambda: 0)
     monkeypatch.setattr(slurm.os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(slurm, "_process_owners", lambda: {0})  # nobody else here
+    monkeypatch.setattr(slurm, "live_processes", lambda: [LiveProcess(1, 0, 1, 1, "init", 0)])  # nobody else here
     assert unavailable_reason() is None
 
 
@@ -53,7 +54,7 @@ def test_unavailable_reason_refuses_where_other_people_have_processes(monkeypatc
     monkeypatch.setattr(slurm.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(slurm.os, "geteuid", lambda: 0)
     monkeypatch.setattr(slurm.os, "getuid", lambda: 0)
-    monkeypatch.setattr(slurm, "_process_owners", lambda: owners)
+    monkeypatch.setattr(slurm, "live_processes", lambda: [LiveProcess(1, 0, 1, 1, "sh", uid) for uid in owners])
     monkeypatch.setattr(slurm, "_login_uid", lambda: 1000)
     for name, value in (("SUDO_UID", sudo_uid), (slurm.SHARED_OK, shared_ok)):
         if value is None:
@@ -66,15 +67,6 @@ def test_unavailable_reason_refuses_where_other_people_have_processes(monkeypatc
         assert "1002" in reason if sudo_uid else "1001" in reason
     else:
         assert reason is None
-
-
-def test_without_a_readable_proc_no_owner_is_seen(tmp_path):
-    assert slurm._process_owners(tmp_path / "no-proc") == set()
-
-
-@pytest.mark.skipif(not Path("/proc").exists(), reason="no /proc here (the cluster runs on Linux alone)")
-def test_the_process_owners_include_this_process_user():
-    assert slurm.os.getuid() in slurm._process_owners()
 
 
 def test_unavailable_reason_says_one_cpu_is_too_few(monkeypatch):

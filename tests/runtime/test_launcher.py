@@ -430,12 +430,13 @@ def test_no_signal_goes_to_a_pid_that_is_no_longer_a_rank(method, monkeypatch):
     assert [(pid, sig) for pid, sig, existed in sent if not existed] == []
 
 
-def test_live_processes_lists_this_process_with_its_parent_and_session_but_no_zombie():
+def test_live_processes_lists_this_process_with_its_parent_session_and_owner_but_no_zombie():
     from dpedu.runtime.processes import live_processes
 
     zombie = subprocess.Popen(["true"])
     assert gone_within(zombie.pid)  # exited: a zombie until it is reaped below
     me = next(p for p in live_processes() if p.pid == os.getpid())
-    assert (me.parent, me.session) == (os.getppid(), os.getsid(0)) and me.name.startswith("python")
+    assert (me.parent, me.session, me.owner) == (os.getppid(), os.getsid(0), os.geteuid())
+    assert me.name.startswith("python")
     assert zombie.pid not in {p.pid for p in live_processes()}
     zombie.wait()
