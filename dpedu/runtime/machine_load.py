@@ -6,8 +6,8 @@ shares its cores between learners, and some machines can never show such a claim
 JupyterHub pod), two CPUs that are hardware threads of one core (many 2-vCPU cloud machines), or fewer
 cores than the claim needs. So a cell first finds what keeps this machine from showing a claim at all
 (``machine_limit``), then measures how many times the work of one busy process ``processes`` busy
-processes get done at once, now (``parallel_speedup``: close to 2 on an idle 2-core machine, close to
-1.3 with one core taken by another program).
+processes get done at once, now (``parallel_speedup``: close to 2 on an idle 2-core machine, 1 to 1.5
+with one core taken by another program).
 
 ``timing_claim`` then looks at the claim first: a claim that holds is asserted and counted as checked,
 whatever the load. A claim that does not hold fails where the machine could show it, with a message
@@ -35,7 +35,8 @@ from dpedu._validate import real, whole
 from dpedu.runtime.commands import run_together
 
 # Each process counts loop turns for the window once every process of the measurement has started (a file
-# each in a shared folder), so a slow interpreter start-up is not read as a busy machine.
+# each in a shared folder), so a slow interpreter start-up is not read as a busy machine. It prints its turns
+# per second, when it began counting, and the share of the window it spent on a CPU.
 _SPIN = """\
 import os, sys, time
 folder, count, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
@@ -45,20 +46,22 @@ while len(os.listdir(folder)) < count:
     if time.time() > deadline:
         sys.exit("the other measuring processes never started")
     time.sleep(0.001)
-turns, woke, begun = 0, time.time(), time.perf_counter()
+turns, woke, begun, cpu = 0, time.time(), time.perf_counter(), time.process_time()
 while time.perf_counter() - begun < seconds:
     turns += 1
-print(turns / (time.perf_counter() - begun), woke)
+elapsed = time.perf_counter() - begun
+print(turns / elapsed, woke, (time.process_time() - cpu) / elapsed)
 """
 LATE_S = 0.03  # a process that begins counting later than this after the others was kept waiting for a core
 
 
-def _rates(count: int, seconds: float) -> list[tuple[float, float]] | str:
-    """(turns per second, when counting began) of ``count`` processes counting at once, or why there are none."""
+def _rates(count: int, seconds: float) -> list[tuple[float, float, float]] | str:
+    """(turns per second, when counting began, share of the window on a CPU) of ``count`` processes counting at
+    once, or why there are none."""
     with tempfile.TemporaryDirectory(prefix="dpedu-spin-") as folder:
         done = run_together([[sys.executable, "-c", _SPIN, folder, str(count), repr(seconds)]] * count,
                             timeout=40 + seconds)
-    failed = [d for d in done if d.returncode != 0 or len(d.stdout.split()) != 2]
+    failed = [d for d in done if d.returncode != 0 or len(d.stdout.split()) != 3]
     if failed:
         return f"a measuring process failed ({(failed[0].stderr.strip().splitlines() or ['no output'])[-1]})"
     return [tuple(map(float, d.stdout.split())) for d in done]
@@ -67,19 +70,28 @@ def _rates(count: int, seconds: float) -> list[tuple[float, float]] | str:
 def measure_speedup(processes: int = 2, seconds: float = 0.2) -> tuple[float | None, str | None]:
     """(speed-up, why not): how many times one busy process's work ``processes`` busy processes get done at
     once, or None and why it could not be measured: they began counting more than ``LATE_S`` apart (one was
-    kept waiting for a core, so their windows did not overlap), or a measuring process failed."""
+    kept waiting for a core, so their windows did not overlap), or a measuring process failed.
+
+    Their work together is the sum of their rates over one process's rate alone, but no more than
+    ``processes`` times the smallest share of the window that any of them spent on a CPU: Linux can leave one
+    of them sharing a core with another program for the whole window while the others run free (1 + 1/2 on two
+    cores with one kept busy), and ranks that meet at every step go at that one's pace. One process's rate
+    alone is the faster of a reading before and one after, per second it spent on a CPU, so that a lone
+    process that shared its core with another program does not make the busy machine look idle."""
     whole("processes", processes, minimum=2, maximum=64)
     real("seconds", seconds, above=0, at_most=5)
     readings = [_rates(1, seconds), _rates(processes, seconds), _rates(1, seconds)]
     if failed := next((r for r in readings if isinstance(r, str)), None):
         return None, failed
     before, together, after = readings
-    alone = max(before[0][0], after[0][0])  # load only slows a process: the faster reading alone is truer
-    began = [woke for _, woke in together]
+    if not (alone := max((rate / share for rate, _, share in (before[0], after[0]) if share > 0), default=0)):
+        return None, "the process that measures one core's work alone was given no CPU time"
+    began = [woke for _, woke, _ in together]
     if (spread := max(began) - min(began)) > LATE_S:
         return None, (f"the processes that measure how busy the cores are began counting {spread * 1e3:.0f} ms "
                       f"apart, as where other programs hold the cores")
-    return sum(rate for rate, _ in together) / alone, None
+    work = sum(rate for rate, _, _ in together) / alone
+    return min(work, processes * min(share for _, _, share in together)), None
 
 
 def parallel_speedup(processes: int = 2, seconds: float = 0.2) -> float | None:

@@ -131,12 +131,10 @@ def test_a_measurement_is_a_finite_positive_speed_up_and_bad_arguments_are_named
         parallel_speedup(2, seconds=0)
 
 
-def test_processes_that_could_not_begin_together_give_no_speed_up(monkeypatch):
-    # a late starter's window overlaps the others' less, which would read as a higher speed-up: not trusted;
-    # the faster of the two readings alone is the one process's rate
-    answers = iter([["1000 0.0"], ["1000 5.00", "1000 5.10"], ["900 0.0"],
-                    ["800 0.0"], ["950 7.00", "940 7.01"], ["1000 0.0"],
-                    ["1000 0.0"], ["", "1000 5.0"], ["1000 0.0"]])
+def fake_measurements(monkeypatch, *answers: list[str]) -> None:
+    """Each measuring run prints the next of ``answers``: a line per process, "turns/s began CPU-share", or ""
+    for a process that failed."""
+    answers = iter(answers)
 
     def run_together(commands, timeout):
         outputs = next(answers)
@@ -144,11 +142,36 @@ def test_processes_that_could_not_begin_together_give_no_speed_up(monkeypatch):
                 for c, out in zip(commands, outputs, strict=True)]
 
     monkeypatch.setattr(machine_load, "run_together", run_together)
+
+
+def test_processes_that_could_not_begin_together_give_no_speed_up(monkeypatch):
+    # a late starter's window overlaps the others' less, which would read as a higher speed-up: not trusted;
+    # the faster of the two readings alone is the one process's rate
+    fake_measurements(monkeypatch, ["1000 0.0 1.0"], ["1000 5.00 1.0", "1000 5.10 1.0"], ["900 0.0 1.0"],
+                      ["800 0.0 1.0"], ["950 7.00 1.0", "940 7.01 1.0"], ["1000 0.0 1.0"],
+                      ["1000 0.0 1.0"], ["", "1000 5.0 1.0"], ["1000 0.0 1.0"])
     speedup, why_not = machine_load.measure_speedup(2)
     assert speedup is None and "began counting 100 ms apart" in why_not
     assert machine_load.measure_speedup(2) == (pytest.approx(1.89), None)
     speedup, why_not = machine_load.measure_speedup(2)  # a measuring process that failed: said, not a traceback
     assert speedup is None and why_not == "a measuring process failed (the other measuring processes never started)"
+
+
+def test_a_core_kept_busy_by_another_program_shows_however_linux_places_the_processes(monkeypatch):
+    # What CI saw on 2 cores with one kept busy (2.01x, then 1.84x, where the lessons' claims need 1.5x): the
+    # lone process shared its core with the busy program both times, at half its speed, and of the two measured
+    # together one had a core to itself while the other shared. Read per second on a CPU, one process alone
+    # does 1000 turns; the two together did 1.5x that, but one of them was on a CPU half the window: 2 x 0.5.
+    # (The sum of the two rates over the faster lone rate, as measured before, read 2.88x: an idle machine.)
+    fake_measurements(monkeypatch, ["500 0.0 0.5"], ["500 3.00 0.5", "1000 3.01 1.0"], ["520 0.0 0.52"])
+    assert machine_load.measure_speedup(2) == (pytest.approx(1.0), None)
+    # both on a CPU the whole window but slower, as on hardware threads of one core: their rates tell, against
+    # one process's rate per second on a CPU (here the lone process shared its core: 2.44x per second of window)
+    fake_measurements(monkeypatch, ["500 0.0 0.5"], ["600 3.00 1.0", "620 3.01 1.0"], ["495 0.0 0.5"])
+    assert machine_load.measure_speedup(2) == (pytest.approx(1.22), None)
+    fake_measurements(monkeypatch, ["1000 0.0 0.0"], ["1000 3.00 1.0", "1000 3.01 1.0"], ["1000 0.0 0.0"])
+    assert machine_load.measure_speedup(2) == (
+        None, "the process that measures one core's work alone was given no CPU time")
 
 
 def test_every_judgement_is_recorded_with_its_pass_cell_verdict_and_cause(monkeypatch, tmp_path, capsys):
