@@ -131,9 +131,15 @@ def main() -> int:
         timed = {Path(path).stem for path in options.timed}
         if unknown := timed - set(folders):
             raise SystemExit(f"--timed names no lesson of notebooks/: {', '.join(sorted(unknown))}")
-        for alone in (False, True):
+        failed = []
+        for alone in (False, True):  # both runs, whatever the first gave: every lesson is reported
             if chosen := [Path(path) for stem, path in folders.items() if (stem in timed) == alone]:
-                nbval(py, chosen, {}, two_at_a_time=not alone)
+                try:
+                    nbval(py, chosen, {}, two_at_a_time=not alone)
+                except subprocess.CalledProcessError as error:
+                    failed.append(error)
+        if failed:
+            raise failed[0]
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

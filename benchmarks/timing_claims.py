@@ -53,7 +53,8 @@ def expected_cells() -> set[tuple[str, str]]:
 
 def timed_lessons() -> list[str]:
     """The notebooks, as paths from the repository's root, of the lessons with a cell that judges a timing claim:
-    CI runs them one after another, each with the cores to itself, and the others two at a time."""
+    CI runs them one after another, each with the cores to itself, and the others two at a time. (Of
+    busy_machine.TIMED_LESSONS, the others assert only loose bounds, made to hold on a busy machine.)"""
     lessons = {lesson for lesson, _ in expected_cells()}
     return [f"notebooks/{path.name}" for path in sorted((busy_machine.ROOT / "notebooks").glob("*.ipynb"))
             if path.name.split("_")[0] in lessons]

@@ -6,8 +6,8 @@ shares its cores between learners, and some machines can never show such a claim
 JupyterHub pod), two CPUs that are hardware threads of one core (many 2-vCPU cloud machines), or fewer
 cores than the claim needs. So a cell first finds what keeps this machine from showing a claim at all
 (``machine_limit``), then measures how many times the work of one busy process ``processes`` busy
-processes get done at once, now (``parallel_speedup``: close to 2 on an idle 2-core machine, 1 to 1.5
-with one core taken by another program).
+processes get done at once, now (``parallel_speedup``: close to 2 on an idle 2-core machine, about 0.8 to
+1.5 with one core taken by another program).
 
 ``timing_claim`` then looks at the claim first: a claim that holds is asserted and counted as checked,
 whatever the load. A claim that does not hold fails where the machine could show it, with a message
@@ -70,7 +70,8 @@ def _rates(count: int, seconds: float) -> list[tuple[float, float, float]] | str
 def measure_speedup(processes: int = 2, seconds: float = 0.2) -> tuple[float | None, str | None]:
     """(speed-up, why not): how many times one busy process's work ``processes`` busy processes get done at
     once, or None and why it could not be measured: they began counting more than ``LATE_S`` apart (one was
-    kept waiting for a core, so their windows did not overlap), or a measuring process failed.
+    kept waiting for a core, so their windows did not overlap), a measuring process was given no CPU time in
+    its window (its clock could not tell), or one failed.
 
     Their work together is the sum of their rates over one process's rate alone, but no more than
     ``processes`` times the smallest share of the window that any of them spent on a CPU: Linux can leave one
@@ -86,12 +87,14 @@ def measure_speedup(processes: int = 2, seconds: float = 0.2) -> tuple[float | N
     before, together, after = readings
     if not (alone := max((rate / share for rate, _, share in (before[0], after[0]) if share > 0), default=0)):
         return None, "the process that measures one core's work alone was given no CPU time"
+    if not (least_share := min(share for _, _, share in together)):
+        return None, "a process that measures how busy the cores are was given no CPU time"
     began = [woke for _, woke, _ in together]
     if (spread := max(began) - min(began)) > LATE_S:
         return None, (f"the processes that measure how busy the cores are began counting {spread * 1e3:.0f} ms "
                       f"apart, as where other programs hold the cores")
     work = sum(rate for rate, _, _ in together) / alone
-    return min(work, processes * min(share for _, _, share in together)), None
+    return min(work, processes * least_share), None
 
 
 def parallel_speedup(processes: int = 2, seconds: float = 0.2) -> float | None:

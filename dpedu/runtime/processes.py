@@ -42,7 +42,8 @@ class LiveProcess:
     group: int  # its process group: a rank's own, and every process the rank started
     session: int
     name: str  # the command's name, cut to 15 characters by the kernel
-    owner: int  # the user id it runs as (the owner of /proc/PID)
+    owner: int  # the user id it runs as: the owner of its /proc files, which Linux gives to root for a process
+    # it marks non-dumpable (ssh-agent, a setuid program's child); a user's shell and kernels show as theirs
 
 
 def live_processes() -> list[LiveProcess]:

@@ -82,18 +82,22 @@ def test_bad_input_is_refused_by_name():
 
 
 def in_a_subgroup():
-    # Every rank waits until all have joined the group: new_group does not (torch 2.15), and an outsider that
-    # returned at once closed its connections while a slow rank 0 was still making its own, which then failed
+    # Barriers on the whole group at both ends: rank 0 was once still connecting to the others (gloo's full mesh of
+    # the default group, torch 2.15) when outsider rank 2 had returned and closed its connections, which failed
+    # rank 0; and no rank may leave, nor rank 0 take its store away, while another is still in new_group.
     dist.barrier()
     group = dist.new_group([1, 3])
     mine = torch.full((5,), float(dist.get_rank()))
     if dist.get_rank() not in (1, 3):
         try:
             ring_all_reduce(mine, group)
+            outcome = "no error"
         except ValueError as error:
-            return str(error)
-        return "no error"
-    return [reduce(mine.clone(), group).tolist() for reduce in ALL_REDUCES]
+            outcome = str(error)
+    else:
+        outcome = [reduce(mine.clone(), group).tolist() for reduce in ALL_REDUCES]
+    dist.barrier()
+    return outcome
 
 
 def test_a_subgroup_sums_its_own_ranks_and_an_outsider_is_told():

@@ -123,8 +123,11 @@ def test_a_measurement_not_taken_records_no_number_and_says_why(monkeypatch, cap
 
 
 def test_a_measurement_is_a_finite_positive_speed_up_and_bad_arguments_are_named():
-    speedup = parallel_speedup(2, seconds=0.05)
+    speedup, why_not = machine_load.measure_speedup(2, seconds=0.05)
     assert speedup is None or (math.isfinite(speedup) and speedup > 0)
+    assert why_not is None or "failed" not in why_not  # the counting script itself runs and prints what is read
+    [(rate, began, share)] = machine_load._rates(1, 0.05)
+    assert rate > 0 and began > 0 and 0 < share <= 1.05, (rate, began, share)
     with pytest.raises(ValueError, match="processes must be an int from 2 to 64"):
         parallel_speedup(1)
     with pytest.raises(ValueError, match="seconds must be a finite number > 0"):
