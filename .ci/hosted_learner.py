@@ -1,13 +1,12 @@
 """CI's hosted-learner pass: every lesson opened alone, as Colab, Kaggle or a JupyterHub give it.
 
 A fresh environment holds only what a hosted image has (Jupyter, ipykernel, torch, numpy, matplotlib,
-scikit-learn) and the test runners (pytest, nbval, pytest-timeout, pytest-xdist). dpedu comes from the wheel that
+scikit-learn) and the test runners (pytest, nbval, pytest-timeout). dpedu comes from the wheel that
 `./course wheel` builds, never from the clone:
 1. lesson 00 runs first, copied alone into an empty folder with the wheel beside it, dpedu not installed
    and COLAB_RELEASE_TAG set: its first cell must install dpedu itself, quietly, and leave torch as it was;
 2. every other notebook is copied alone into an empty folder of its own and run by strict nbval there,
-   with no conftest.py, no images/ and no scripts beside it: two at a time, but those that --timed names
-   (the lessons that judge timing claims) one after another afterwards, each with the cores to itself;
+   with no conftest.py, no images/ and no scripts beside it;
 3. with --unit-tests, the unit tests whose subject is torch's own behaviour (ON_EVERY_TORCH) run in the same
    environment; the others (ONCE) are pass 1's alone.
 Run by .ci/run; by hand: python3 .ci/hosted_learner.py --python python3.13 --torch 2.15.0 [--unit-tests]
@@ -26,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTED_IMAGE = ["jupyterlab", "ipykernel", "numpy", "matplotlib", "scikit-learn"]
-RUNNERS = ["pytest", "nbval", "pytest-timeout", "pytest-xdist"]
+RUNNERS = ["pytest", "nbval", "pytest-timeout"]
 # Each unit test file is one of two kinds (tests/test_ci_passes.py checks that every file is named in exactly one):
 # - ON_EVERY_TORCH: what it checks goes through an API whose behaviour changes between torch releases (DDP and
 #   its hooks, FSDP2, DTensor, pipelining, torch.compile, torchrun and elastic agents, DataLoader and
@@ -78,16 +77,16 @@ def torch_version(py: Path) -> str:
                           capture_output=True, text=True).stdout.strip()
 
 
-def nbval(py: Path, notebooks: list[Path], env: dict[str, str], two_at_a_time: bool = False) -> None:
+def nbval(py: Path, notebooks: list[Path], env: dict[str, str]) -> None:
     """Strict nbval on ``notebooks``, each in its own folder below one work folder, with the course's sanitizer
-    and timeouts, one after another or two at a time. The work folder holds its own pytest.ini, so that pytest
-    finds no configuration and no conftest.py of the clone."""
+    and timeouts. The work folder holds its own pytest.ini, so that pytest finds no configuration and no
+    conftest.py of the clone."""
     work = notebooks[0].parents[1]
     (work / "pytest.ini").write_text("[pytest]\n")
     shutil.copy2(ROOT / "tests" / "nbval_sanitize.cfg", work)
     run([str(py), "-m", "pytest", "-p", "no:cacheprovider", "--nbval", "--nbval-cell-timeout=120", "--timeout=300",
-         "--nbval-sanitize-with", "nbval_sanitize.cfg", *(["-n", "2", "--dist", "loadfile"] if two_at_a_time else []),
-         *(str(n.relative_to(work)) for n in notebooks)], env={**os.environ, **STORED_AS, **env}, cwd=work)
+         "--nbval-sanitize-with", "nbval_sanitize.cfg", *(str(n.relative_to(work)) for n in notebooks)],
+        env={**os.environ, **STORED_AS, **env}, cwd=work)
 
 
 def main() -> int:
@@ -96,8 +95,6 @@ def main() -> int:
     parser.add_argument("--torch", required=True, help="the torch release a hosted image has, e.g. 2.15.0")
     parser.add_argument("--venv", type=Path, default=ROOT / ".venv-hosted")
     parser.add_argument("--unit-tests", action="store_true", help="also run the unit tests in that environment")
-    parser.add_argument("--timed", nargs="*", default=[], metavar="NOTEBOOK",
-                        help="notebooks (notebooks/NN_name.ipynb) run one after another, after the others")
     parser.add_argument("--environment-only", action="store_true",
                         help="only build the environment (CI builds it while the pass before runs)")
     options = parser.parse_args()
@@ -128,18 +125,7 @@ def main() -> int:
         assert Path(where).is_relative_to(options.venv.resolve()), f"dpedu imported from {where}, not the wheel"
         assert torch_version(py) == before, f"installing dpedu changed torch {before} to {torch_version(py)}"
         print(f"lesson 00's first cell installed dpedu ({where}); torch still {before}", flush=True)
-        timed = {Path(path).stem for path in options.timed}
-        if unknown := timed - set(folders):
-            raise SystemExit(f"--timed names no lesson of notebooks/: {', '.join(sorted(unknown))}")
-        failed = []
-        for alone in (False, True):  # both runs, whatever the first gave: every lesson is reported
-            if chosen := [Path(path) for stem, path in folders.items() if (stem in timed) == alone]:
-                try:
-                    nbval(py, chosen, {}, two_at_a_time=not alone)
-                except subprocess.CalledProcessError as error:
-                    failed.append(error)
-        if failed:
-            raise failed[0]
+        nbval(py, [Path(path) for path in folders.values()], {})
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -3,7 +3,6 @@ when a claim went unchecked everywhere.
 
     .venv/bin/python benchmarks/timing_claims.py report .ci-timing-claims.jsonl
     .venv/bin/python benchmarks/timing_claims.py require .ci-timing-claims.jsonl
-    .venv/bin/python benchmarks/timing_claims.py timed
 
 ``dpedu.runtime.machine_load.timing_claim`` appends one JSON line per judgement to the file that
 DPEDU_TIMING_CLAIMS names: the pass (DPEDU_CI_PASS), the cell (a fingerprint of its source), the claim, the
@@ -12,9 +11,7 @@ measured. ``report`` prints them as one table, a row per claim and the passes' w
 exit, red runs too); a lesson cell that judges timing claims but has no judgement in the record gets a row
 too. ``require`` first reruns, alone and with nothing else of CI running, each lesson with a claim that no pass
 checked on a machine that could show it, then prints the table and exits 1 if such a claim remains (a cell
-no pass reached counts), or if no claim was judged at all (a record nobody wrote proves nothing). ``timed``
-prints the notebooks of the lessons that judge timing claims: CI's passes run those one after another, the
-others two at a time.
+no pass reached counts), or if no claim was judged at all (a record nobody wrote proves nothing).
 """
 
 from __future__ import annotations
@@ -49,15 +46,6 @@ def cells() -> dict[str, tuple[str, str]]:
 def expected_cells() -> set[tuple[str, str]]:
     """(lesson, cell index) of every lesson cell that judges a timing claim."""
     return {(lesson, index) for lesson, index, source in code_cells() if "timing_claim(" in source}
-
-
-def timed_lessons() -> list[str]:
-    """The notebooks, as paths from the repository's root, of the lessons with a cell that judges a timing claim:
-    CI runs them one after another, each with the cores to itself, and the others two at a time. (Of
-    busy_machine.TIMED_LESSONS, the others assert only loose bounds, made to hold on a busy machine.)"""
-    lessons = {lesson for lesson, _ in expected_cells()}
-    return [f"notebooks/{path.name}" for path in sorted((busy_machine.ROOT / "notebooks").glob("*.ipynb"))
-            if path.name.split("_")[0] in lessons]
 
 
 def read(record: Path) -> list[dict]:
@@ -136,15 +124,9 @@ def require(record: Path) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("action", choices=["report", "require", "timed"],
-                        help="timed: print the notebooks of the lessons that judge timing claims, one per line")
-    parser.add_argument("record", type=Path, nargs="?", help="the file DPEDU_TIMING_CLAIMS named")
+    parser.add_argument("action", choices=["report", "require"])
+    parser.add_argument("record", type=Path, help="the file DPEDU_TIMING_CLAIMS named")
     options = parser.parse_args()
-    if options.action == "timed":
-        print("\n".join(timed_lessons()))
-        return 0
-    if options.record is None:
-        parser.error(f"{options.action} needs the record: the file DPEDU_TIMING_CLAIMS named")
     if options.action == "report":
         report(read(options.record))
         return 0
