@@ -161,10 +161,10 @@ def test_processes_that_could_not_begin_together_give_no_speed_up(monkeypatch):
 
 
 def test_a_core_kept_busy_by_another_program_shows_however_linux_places_the_processes(monkeypatch):
-    # What CI saw on 2 cores with one kept busy (2.01x, then 1.84x, where the lessons' claims need 1.5x): the
-    # lone process shared its core with the busy program both times, at half its speed, and of the two measured
-    # together one had a core to itself while the other shared. Read per second on a CPU, one process alone
-    # does 1000 turns; the two together did 1.5x that, but one of them was on a CPU half the window: 2 x 0.5.
+    # How CI's readings on 2 cores with one kept busy (2.01x, then 1.84x, where the lessons' claims need 1.5x) come
+    # about, as seen here: the lone process shares its core with the busy program, at half its speed, and of the
+    # two measured together one has a core to itself while the other shares. Read per second on a CPU, one process
+    # alone does 1000 turns; the two together did 1.5x that, but one of them was on a CPU half the window: 2 x 0.5.
     # (The sum of the two rates over the faster lone rate, as measured before, read 2.88x: an idle machine.)
     fake_measurements(monkeypatch, ["500 0.0 0.5"], ["500 3.00 0.5", "1000 3.01 1.0"], ["520 0.0 0.52"])
     assert machine_load.measure_speedup(2) == (pytest.approx(1.0), None)
