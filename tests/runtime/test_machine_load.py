@@ -175,6 +175,10 @@ def test_a_core_kept_busy_by_another_program_shows_however_linux_places_the_proc
     fake_measurements(monkeypatch, ["1000 0.0 0.0"], ["1000 3.00 1.0", "1000 3.01 1.0"], ["1000 0.0 0.0"])
     assert machine_load.measure_speedup(2) == (
         None, "the process that measures one core's work alone was given no CPU time")
+    # one of the pair given no CPU time is not measured, never a speed-up of 0x
+    fake_measurements(monkeypatch, ["1000 0.0 1.0"], ["1000 3.00 1.0", "0 3.01 0.0"], ["1000 0.0 1.0"])
+    assert machine_load.measure_speedup(2) == (
+        None, "a process that measures how busy the cores are was given no CPU time")
 
 
 def test_every_judgement_is_recorded_with_its_pass_cell_verdict_and_cause(monkeypatch, tmp_path, capsys):
