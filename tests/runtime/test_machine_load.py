@@ -5,6 +5,8 @@ given machines (no timed test); one real measurement is only checked to be a num
 
 import json
 import math
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -132,6 +134,24 @@ def test_a_measurement_is_a_finite_positive_speed_up_and_bad_arguments_are_named
         parallel_speedup(1)
     with pytest.raises(ValueError, match="seconds must be a finite number > 0"):
         parallel_speedup(2, seconds=0)
+
+
+def test_the_counting_script_prints_its_share_of_the_window_on_a_cpu(monkeypatch, tmp_path, capsys):
+    # on a clock where the process runs half of every millisecond of the window, it must print a share of 0.5
+    # (not its CPU seconds, not a constant) and its turns per second of the window (a turn a millisecond here)
+    clock = {"now": 100.0}
+
+    def tick() -> float:
+        clock["now"] += 0.001
+        return clock["now"]
+
+    fake_time = types.SimpleNamespace(time=tick, perf_counter=tick, process_time=lambda: clock["now"] / 2,
+                                      sleep=lambda seconds: None)
+    monkeypatch.setitem(sys.modules, "time", fake_time)
+    monkeypatch.setattr(sys, "argv", ["-c", str(tmp_path), "1", "0.2"])
+    exec(machine_load._SPIN, {})
+    rate, began, share = map(float, capsys.readouterr().out.split())
+    assert share == pytest.approx(0.5, abs=0.01) and rate == pytest.approx(1000, rel=0.02) and began > 100
 
 
 def fake_measurements(monkeypatch, *answers: list[str]) -> None:
