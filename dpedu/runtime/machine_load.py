@@ -7,7 +7,8 @@ JupyterHub pod), two CPUs that are hardware threads of one core (many 2-vCPU clo
 cores than the claim needs. So a cell first finds what keeps this machine from showing a claim at all
 (``machine_limit``), then measures how many times the work of one busy process ``processes`` busy
 processes get done at once, now (``parallel_speedup``: close to 2 on an idle 2-core machine, about 0.8 to
-1.5 with one core taken by another program).
+1.5 with one core taken by another program; on a virtual machine whose host is busy, which the machine itself
+cannot see, an idle machine can read well under 2 too, and a claim is then not checked).
 
 ``timing_claim`` then looks at the claim first: a claim that holds is asserted and counted as checked,
 whatever the load. A claim that does not hold fails where the machine could show it, with a message
