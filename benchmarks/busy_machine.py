@@ -9,11 +9,9 @@
   lessons that assert times (TIMED_LESSONS). First it checks that machine_load sees that program: two
   busy processes must get under 1.5x one's work while it runs (the median of 3 readings), the speed-up the
   lessons' claims need, or the gate that excuses claims on busy machines would be judging blind. On a 2-core
-  machine, 30 readings each way: 0.83x to 1.46x beside such a program, 1.34x to 1.99x without (29 of them
-  1.5x or more; in another half hour of the same machine, 0.98x to 1.99x without, 12 of 30 under 1.5x, the
-  processes on a CPU the whole reading: load on the host, which the guest cannot see). Linux often leaves
-  one of the two sharing the busy core for a whole reading while the other runs free, which machine_load
-  counts as the pace of the one that shares.
+  cloud machine: 0.80x to 0.99x in 20 readings beside such a program, 1.64x to 1.98x in 30 without. Linux
+  often leaves one of the two sharing the busy core for a whole reading while the other runs free, which
+  machine_load counts as the pace of the one that shares.
 --class: several learners at once: each named lesson runs under strict nbval in a process of its own, all
   started together, as on a class server where learners run the same heavy cells at the same moment.
 Both: the lessons at once beside the busy core, after the same check of the gate.

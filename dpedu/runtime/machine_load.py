@@ -7,8 +7,9 @@ JupyterHub pod), two CPUs that are hardware threads of one core (many 2-vCPU clo
 cores than the claim needs. So a cell first finds what keeps this machine from showing a claim at all
 (``machine_limit``), then measures how many times the work of one busy process ``processes`` busy
 processes get done at once, now (``parallel_speedup``: close to 2 on an idle 2-core machine, about 0.8 to
-1.5 with one core taken by another program; on a virtual machine whose host is busy, which the machine itself
-cannot see, an idle machine can read well under 2 too, and a claim is then not checked).
+1 with one core taken by another program). Each process is compared with its own speed a moment before, so
+that a virtual machine's host, which can slow the machine's CPUs for a second at a time unseen by the machine,
+does not make an idle machine read as a busy one.
 
 ``timing_claim`` then looks at the claim first: a claim that holds is asserted and counted as checked,
 whatever the load. A claim that does not hold fails where the machine could show it, with a message
@@ -25,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import statistics
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -35,74 +37,90 @@ from pathlib import Path
 from dpedu._validate import real, whole
 from dpedu.runtime.commands import run_together
 
-# Each process counts loop turns for the window once every process of the measurement has started (a file
-# each in a shared folder), so a slow interpreter start-up is not read as a busy machine. It prints its turns
-# per second, when it began counting, and the share of the window it spent on a CPU.
+# Each process counts loop turns in the slots of a grid that all of them share: in every cycle, each process alone
+# in a slot of its own, then all of them together. A process's speed together is compared with its own speed alone
+# a slot or two before, not with a reading taken a second away: a virtual machine's host can slow its CPUs by half
+# for a second or more at a time, unseen by the machine itself, which readings that far apart count as load. The
+# grid starts a little after the last process has arrived (a file each in a shared folder, named with the time it
+# arrived), so a slow interpreter start-up is not read as a busy machine; a process woken late for its slot was
+# kept off a CPU, so its slot counts from when it should have begun. It prints a line per slot it counted in: the
+# slot's index, its turns per second of the slot, and the share of the slot it spent on a CPU.
 _SPIN = """\
 import os, sys, time
-folder, count, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-open(os.path.join(folder, str(os.getpid())), "w").close()
+folder, me, count, slot, cycles = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+open(os.path.join(folder, f"{me} {time.time()!r}"), "w").close()
 deadline = time.time() + 20
 while len(os.listdir(folder)) < count:
     if time.time() > deadline:
         sys.exit("the other measuring processes never started")
     time.sleep(0.001)
-turns, woke, begun, cpu = 0, time.time(), time.perf_counter(), time.process_time()
-while time.perf_counter() - begun < seconds:
-    turns += 1
-elapsed = time.perf_counter() - begun
-print(turns / elapsed, woke, (time.process_time() - cpu) / elapsed)
+start = max(float(name.split()[1]) for name in os.listdir(folder)) + 0.1
+for index in range(cycles * (count + 1)):
+    if index % (count + 1) not in (me, count):
+        continue
+    begins = start + index * slot
+    time.sleep(max(0.0, begins - time.time()))
+    turns, cpu, ends = 0, time.process_time(), begins + 0.9 * slot
+    while time.time() < ends:
+        turns += 1
+    window = time.time() - begins
+    print(index, turns / window, (time.process_time() - cpu) / window)
 """
-LATE_S = 0.03  # a process that begins counting later than this after the others was kept waiting for a core
 
 
-def _rates(count: int, seconds: float) -> list[tuple[float, float, float]] | str:
-    """(turns per second, when counting began, share of the window on a CPU) of ``count`` processes counting at
-    once, or why there are none."""
+def _slots(count: int, slot: float, cycles: int) -> list[dict[int, tuple[float, float]]] | str:
+    """For each of ``count`` processes counting on one grid of ``cycles`` cycles: slot index -> (turns per second,
+    share of the slot on a CPU) of each slot it counted in; or why there are none."""
     with tempfile.TemporaryDirectory(prefix="dpedu-spin-") as folder:
-        done = run_together([[sys.executable, "-c", _SPIN, folder, str(count), repr(seconds)]] * count,
-                            timeout=40 + seconds)
-    failed = [d for d in done if d.returncode != 0 or len(d.stdout.split()) != 3]
-    if failed:
+        done = run_together([[sys.executable, "-c", _SPIN, folder, str(me), str(count), repr(slot), str(cycles)]
+                             for me in range(count)], timeout=40 + cycles * (count + 1) * slot)
+    if failed := [d for d in done if d.returncode != 0]:
         return f"a measuring process failed ({(failed[0].stderr.strip().splitlines() or ['no output'])[-1]})"
-    return [tuple(map(float, d.stdout.split())) for d in done]
+    slots = [{int(index): (float(rate), float(share))
+              for index, rate, share in (line.split() for line in d.stdout.splitlines())} for d in done]
+    if any(len(counted) != 2 * cycles for counted in slots):
+        return "a measuring process failed (it did not print a line for each of its slots)"
+    return slots
 
 
-def measure_speedup(processes: int = 2, seconds: float = 0.2) -> tuple[float | None, str | None]:
+def measure_speedup(processes: int = 2, slot: float = 0.1, cycles: int = 4) -> tuple[float | None, str | None]:
     """(speed-up, why not): how many times one busy process's work ``processes`` busy processes get done at
-    once, or None and why it could not be measured: they began counting more than ``LATE_S`` apart (one was
-    kept waiting for a core, so their windows did not overlap), a measuring process was given no CPU time in
-    its window (its clock could not tell), or one failed.
+    once, or None and why it could not be measured: a measuring process failed, or none of them was given CPU
+    time alone in any cycle (its speed alone, per second on a CPU, is the measure of the rest).
 
-    Their work together is the sum of their rates over one process's rate alone, but no more than
-    ``processes`` times the smallest share of the window that any of them spent on a CPU: Linux can leave one
-    of them sharing a core with another program for the whole window while the others run free (1 + 1/2 on two
-    cores with one kept busy), and ranks that meet at every step go at that one's pace. One process's rate
-    alone is the faster of a reading before and one after, per second it spent on a CPU, so that a lone
-    process that shared its core with another program does not make the busy machine look idle."""
+    In each of ``cycles`` cycles, each process counts alone for ``slot`` seconds, then all of them together. A
+    cycle's work together is the sum, over the processes, of each one's speed together over its own speed alone
+    per second on a CPU (no more than 1 each: a host that sped up between the two slots is not more cores), but
+    no more than ``processes`` times the smallest share of the slot that any of them spent on a CPU: Linux can
+    leave one of them sharing a core with another program for the whole slot while the others run free (1 + 1/2
+    on two cores with one kept busy), and ranks that meet at every step go at that one's pace. The speed-up is
+    the median of the cycles, so that a moment's change of the host's speed between two slots is outvoted."""
     whole("processes", processes, minimum=2, maximum=64)
-    real("seconds", seconds, above=0, at_most=5)
-    readings = [_rates(1, seconds), _rates(processes, seconds), _rates(1, seconds)]
-    if failed := next((r for r in readings if isinstance(r, str)), None):
-        return None, failed
-    before, together, after = readings
-    if not (alone := max((rate / share for rate, _, share in (before[0], after[0]) if share > 0), default=0)):
-        return None, "the process that measures one core's work alone was given no CPU time"
-    if not (least_share := min(share for _, _, share in together)):
-        return None, "a process that measures how busy the cores are was given no CPU time"
-    began = [woke for _, woke, _ in together]
-    if (spread := max(began) - min(began)) > LATE_S:
-        return None, (f"the processes that measure how busy the cores are began counting {spread * 1e3:.0f} ms "
-                      f"apart, as where other programs hold the cores")
-    work = sum(rate for rate, _, _ in together) / alone
-    return min(work, processes * least_share), None
+    real("slot", slot, above=0, at_most=1)
+    whole("cycles", cycles, minimum=1, maximum=20)
+    slots = _slots(processes, slot, cycles)
+    if isinstance(slots, str):
+        return None, slots
+    readings = []
+    for cycle in range(cycles):
+        first = cycle * (processes + 1)
+        alone = [slots[me][first + me] for me in range(processes)]
+        together = [slots[me][first + processes] for me in range(processes)]
+        if any(share == 0 for _, share in alone):
+            continue
+        work = sum(min(1.0, rate / (alone_rate / alone_share))
+                   for (rate, _), (alone_rate, alone_share) in zip(together, alone, strict=True))
+        readings.append(min(work, processes * min(share for _, share in together)))
+    if not readings:
+        return None, "the processes that measure how busy the cores are were given no CPU time alone"
+    return statistics.median(readings), None
 
 
-def parallel_speedup(processes: int = 2, seconds: float = 0.2) -> float | None:
+def parallel_speedup(processes: int = 2, slot: float = 0.1, cycles: int = 4) -> float | None:
     """How many times one busy process's work ``processes`` busy processes get done at once, measured now:
     about ``processes`` where that many cores are idle, less where other programs use them; None where it
     could not be measured (``measure_speedup`` says why)."""
-    return measure_speedup(processes, seconds)[0]
+    return measure_speedup(processes, slot, cycles)[0]
 
 
 def cpu_quota(cgroups: str = "/sys/fs/cgroup", own: str = "/proc/self/cgroup") -> float | None:
