@@ -1,6 +1,7 @@
 """dpedu.cluster.slurm: the checks run everywhere; the cluster itself where Slurm, Linux and root are there."""
 
 import math
+import os
 import subprocess
 from pathlib import Path
 
@@ -15,6 +16,14 @@ from dpedu.runtime.processes import LiveProcess
 
 REASON = unavailable_reason()
 needs_slurm = pytest.mark.skipif(REASON is not None, reason=f"no local Slurm cluster here: {REASON}")
+
+
+def test_ci_runs_the_cluster_for_real_where_it_installed_slurm():
+    # where CI installed Slurm itself (root with apt: .ci/run sets DPEDU_CI_LIVE_SLURM), the tests below and lesson
+    # 09 must run the cluster, not skip it or show the recorded run, or CI would stay green without it
+    if os.environ.get("DPEDU_CI_LIVE_SLURM") != "1":
+        pytest.skip("CI did not install Slurm on this machine")
+    assert REASON is None, f"CI installed Slurm, yet the local cluster would not start: {REASON}"
 
 
 def everything_found(name):
