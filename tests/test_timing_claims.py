@@ -75,6 +75,32 @@ def test_a_claim_checked_in_no_pass_reruns_its_lesson_alone_and_fails_if_still_u
     assert ("FAILED: 1 timing claim(s) checked in no pass" in capsys.readouterr().out) == (code == 1)
 
 
+@pytest.mark.parametrize("seconds_left, code", [
+    (1000, 0),  # a second rerun fits after the first's 300 s: checked then, and no third
+    (500, 1),  # 300 s gone and another 300 s would pass the 500 left: no second rerun
+])
+def test_a_lesson_is_rerun_again_while_time_allows_until_its_claim_is_checked(tmp_path, monkeypatch, capsys,
+                                                                              seconds_left, code):
+    _, _, cell = a_timing_cell()
+    record = tmp_path / "claims.jsonl"
+    record.write_text(judgement(cell, "fast", "checked under load", "3", "busy now"))
+    monkeypatch.setattr(timing_claims, "expected_cells", lambda: {a_timing_cell()[:2]})
+    verdicts = iter(["checked under load", "checked", "checked"])
+    clock, rerun = {"now": 0.0}, []
+    monkeypatch.setattr(timing_claims.time, "monotonic", lambda: clock["now"])
+
+    def run(notebooks, together, busy_core, record, ci_pass):
+        clock["now"] += 300
+        rerun.append(ci_pass)
+        with open(record, "a") as file:
+            file.write(judgement(cell, "fast", next(verdicts), ci_pass, "busy now"))
+
+    monkeypatch.setattr(busy_machine, "run", run)
+    assert timing_claims.require(record, reruns=3, seconds_left=seconds_left) == code
+    assert len(rerun) == (2 if code == 0 else 1)
+    assert "(1 of at most 3)" in capsys.readouterr().out
+
+
 def test_an_empty_record_fails_the_requirement(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(timing_claims, "expected_cells", lambda: set())
     assert timing_claims.require(tmp_path / "never-written.jsonl") == 1
