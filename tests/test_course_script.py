@@ -227,9 +227,15 @@ def test_kernel_registers_the_venv_for_this_user_or_where_told(bash, venv):
     run = course(bash, venv, "kernel")
     assert run.returncode == 0, run.stderr
     assert calls(venv)[-1] == [*register, "--user"]
-    assert "Python (dpedu course)" in run.stdout
-    assert course(bash, venv, "kernel", "--prefix", "/opt/hub").returncode == 0
+    assert "Python (dpedu course)" in run.stdout and f"in {venv}/work/," in run.stdout
+    # your own Jupyter opens your own copies, as ./course lab does, so that an update never touches your runs
+    copies, lessons = ({p.name for p in folder.glob("*.ipynb")} for folder in (venv / "work", ROOT / "notebooks"))
+    assert copies == lessons
+    shutil.rmtree(venv / "work")
+    run = course(bash, venv, "kernel", "--prefix", "/opt/hub")
+    assert run.returncode == 0 and "./course copy DIR" in run.stdout
     assert calls(venv) == [[*register, "--prefix", "/opt/hub"]]  # installed already, and no --user
+    assert not (venv / "work").exists()  # a hub's kernel is every learner's: their copies come from ./course copy
 
 
 @each_bash
