@@ -166,6 +166,10 @@ def run_work(spec: RankSpec, payload: bytes, report: Any) -> bool:
                 raise
             _report(report, cloudpickle.dumps((PORT_TAKEN, None)))  # launch tries again on another port
             return False
+        # No rank's work begins before every rank has connected: a rank whose work returns at once would tear its
+        # connections down while another is still making its own, which fails that one ("Connection closed by
+        # peer" in gloo's full mesh, seen with a function that makes no collective call). A CPU tensor: gloo's.
+        dist.all_reduce(torch.zeros(1))
         report.send_bytes(cloudpickle.dumps((STARTED, None)))  # launch's timeout counts from here
         result = fn(*args)
         try:

@@ -58,6 +58,27 @@ def test_ranks_can_all_reduce():
     assert launch(all_reduce_rank_plus_one, 4) == [10.0] * 4
 
 
+def when_connected_and_begun():
+    return float(os.environ["CONNECTED_AT"]), time.time()
+
+
+def test_no_rank_begins_its_work_before_every_rank_has_connected(monkeypatch):
+    # A rank whose work returned at once tore its connections down while another was still connecting: "Connection
+    # closed by peer" in gloo's full mesh (CI, a function with no collective call). Here rank 1 connects 1 s later
+    # (forked ranks keep this wrapper); rank 0 must not begin before it has.
+    connect = dist.init_process_group
+
+    def rank_1_late(*args, **kwargs):
+        connect(*args, **kwargs)
+        if kwargs["rank"] == 1:
+            time.sleep(1)
+        os.environ["CONNECTED_AT"] = repr(time.time())
+
+    monkeypatch.setattr(dist, "init_process_group", rank_1_late)
+    (_, rank_0_began), (rank_1_connected, _) = launch(when_connected_and_begun, 2, start_method="fork")
+    assert rank_0_began >= rank_1_connected
+
+
 def big_tensor(n):
     return torch.arange(n, dtype=torch.float64) * (dist.get_rank() + 1)
 
