@@ -130,7 +130,8 @@ def test_a_measurement_is_a_finite_positive_speed_up_and_bad_arguments_are_named
     assert why_not is None or "failed" not in why_not  # the counting script itself runs and prints what is read
     [counted] = machine_load._slots(1, 0.02, 2)  # one process: its slot alone and "all together" each cycle
     assert sorted(counted) == [0, 1, 2, 3]
-    assert all(rate > 0 and 0 < share <= 1.05 for rate, share in counted.values()), counted
+    # a busy machine (CI's tests run two at a time) can keep it off a CPU for a whole slot: 0 then, never less
+    assert all(rate >= 0 and 0 <= share <= 1.05 for rate, share in counted.values()), counted
     with pytest.raises(ValueError, match="processes must be an int from 2 to 64"):
         parallel_speedup(1)
     with pytest.raises(ValueError, match="slot must be a finite number > 0"):
