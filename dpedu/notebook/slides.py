@@ -9,11 +9,17 @@ embedded, the few lines of script and style are in the page, nothing is fetched 
 works offline. Formulas (``$...$``, ``$$...$$``) are drawn by matplotlib's mathtext when the deck is built,
 as pictures that grow with the text; one mathtext cannot draw stays as its TeX, in code type. What follows a
 heading is cut into screens for a 4:3 projector (the heading repeated, marked "continued") between its parts,
-a stretch of prose or a cell with its outputs; a part taller than the screen scrolls.
+a stretch of prose or a cell with its outputs; a part taller than the screen scrolls. Where a screen shows
+code, it keeps each stretch of prose up to its first paragraph (and the lists, formulas and tables right
+after it), and the rest of that prose becomes the screen's speaker notes (few screens so far: long prose
+mostly has a screen of its own). The text grows with the browser's
+zoom (Ctrl-+) as well as with the screen.
 
 In the browser: Right, Space, PageDown or a click move on (Space and PageDown first scroll a long slide
 to its end); Left, PageUp or a click near the left edge move back; Home and End; ``#5`` in the address
-opens slide 5. Print gives each slide a new page.
+opens slide 5; N opens the speaker notes in a window of their own (drag it to the laptop's screen), which
+follows the slides; where a browser blocks that window, N shows them under the slide instead. Print gives
+each slide a new page, without the notes.
 
     ./course slides 03               # writes slides-03.html (lesson 03)
     ./course slides                  # every lesson and the appendix into slides/, with an index.html
@@ -41,8 +47,9 @@ WIDGET = "application/vnd.jupyter.widget-view+json"
 MATH = re.compile(r"\$\$(.+?)\$\$|(?<![\\$])\$(?=\S)((?:[^$\n]|\n(?!\s*\n))+?)(?<=\S)\$(?!\d)", re.S)
 CODE = re.compile(r"(```.*?```|~~~.*?~~~|`[^`\n]*`)", re.S)
 MATH_POINTS = 10  # the size formulas are drawn at, which one em of the slide's text stands for
-SCREEN_LINES = 30  # about the lines of the slide's text under a heading at 1024 x 768 (calibrated in Chromium)
-PROSE_CHARACTERS = 105  # characters of prose in one of those lines
+SCREEN_LINES = 25  # about the lines of the slide's text under a heading at 1024 x 768 (calibrated in Chromium)
+PROSE_CHARACTERS = 89  # characters of prose in one of those lines
+CODE_LINE = 0.78  # a line of code, in those lines
 FIGURE_LINES = 14  # a stored figure, scaled to the slide's width
 # What a browser could fetch or run from a stored HTML output: such an output is shown as its text instead.
 UNSAFE_HTML = re.compile(r"<\s*(script|link|iframe|object|embed)\b|\bsrc\s*=\s*[\"']?\s*(https?:)?//"
@@ -50,7 +57,8 @@ UNSAFE_HTML = re.compile(r"<\s*(script|link|iframe|object|embed)\b|\bsrc\s*=\s*[
 
 _STYLE = """
 html, body { margin: 0; height: 100%; background: #fff; color: #1d1d1d; }
-body { font: max(15px, min(2.5vh, 1.45vw))/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; }
+/* rem grows with the browser's zoom, vh and vw with the screen: both, so that Ctrl-+ makes the text larger */
+body { font: calc(0.5rem + min(1.6vh, 0.95vw))/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; }
 .slide { display: none; position: fixed; inset: 0 0 2.2em 0; overflow: auto; padding: 1.2em 4vw 1.5em;
          box-sizing: border-box; outline: none; }
 .slide.current { display: block; }
@@ -61,7 +69,7 @@ h1 { font-size: 1.7em; } h2 { font-size: 1.5em; } h3 { font-size: 1.3em; }
 h1, h2, h3 { margin: 0.2em auto 0.5em; line-height: 1.2; color: #0b3d66; }
 code, pre { font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, "DejaVu Sans Mono", monospace; }
 :not(pre) > code { font-size: 0.9em; background: #f1f3f5; padding: 0 0.2em; border-radius: 3px; }
-pre { font-size: 0.72em; line-height: 1.35; overflow-x: auto; padding: 0.6em 0.8em; margin: 0.4em 0;
+pre { font-size: 0.8em; line-height: 1.35; overflow-x: auto; padding: 0.6em 0.8em; margin: 0.4em 0;
       white-space: pre; }
 .cell { margin: 0.8em auto; }
 .input pre, .highlight pre { background: #f6f8fa; border-left: 4px solid #0b3d66; }
@@ -83,7 +91,11 @@ footer { position: fixed; left: 0; right: 0; bottom: 0; height: 2.2em; display: 
          border-top: 1px solid #e5e5e5; background: #fafafa; box-sizing: border-box; }
 #more { color: #0b3d66; font-weight: 600; }
 h1 .continued, h2 .continued, h3 .continued { font-size: 0.6em; font-weight: 400; color: #666; }
+aside.notes { display: none; }
+body.notes-here aside.notes { display: block; border-top: 2px dashed #bbb; margin-top: 1em; padding-top: 0.5em;
+                              color: #444; font-size: 0.85em; }
 @media print {
+  aside.notes { display: none !important; }
   body { font-size: 11pt; }
   .slide { display: block; position: static; overflow: visible; padding: 0; break-after: page;
            page-break-after: always; }
@@ -109,9 +121,38 @@ _SCRIPT = """
     slides[at].focus({preventScroll: true});  // Up and Down then scroll a long slide
     counter.textContent = (at + 1) + " / " + slides.length;
     hint();
+    notesFollow();
     if (location.hash !== "#" + (at + 1)) {
       try { history.replaceState(null, "", "#" + (at + 1)); } catch (e) { location.hash = "#" + (at + 1); }
     }
+  }
+  var notes = null;  // the speaker notes' window, once N opened it
+  function notesOf(n) {
+    var aside = n < slides.length ? slides[n].querySelector("aside.notes") : null;
+    return aside ? aside.innerHTML : "<p><em>No notes: the slide shows it all.</em></p>";
+  }
+  function notesFollow() {
+    if (!notes || notes.closed) { return; }
+    var next = at + 1 < slides.length ? slides[at + 1].querySelector("h1, h2, h3") : null;
+    notes.document.getElementById("where").textContent = "Slide " + (at + 1) + " / " + slides.length +
+      (next ? "; next: " + next.textContent : "");
+    notes.document.getElementById("notes").innerHTML = notesOf(at);
+  }
+  function openNotes() {  // a window of their own; where the browser blocks it, under the slide
+    if (notes && !notes.closed) { notes.focus(); return; }
+    notes = window.open("", "dpedu-notes", "width=760,height=560");
+    if (!notes) { document.body.classList.toggle("notes-here"); hint(); return; }
+    notes.document.title = "Notes: " + document.title;
+    notes.document.body.innerHTML = '<p id="where"></p><div id="notes"></div>';
+    notes.document.body.style.cssText = "font: 20px/1.5 system-ui, sans-serif; margin: 1em 1.5em;";
+    notes.document.addEventListener("keydown", function (e) {  // the slides move from the notes' window too
+      var key = e.key;
+      if (key === "ArrowRight" || key === "PageDown" || key === " ") { show(at + 1); }
+      else if (key === "ArrowLeft" || key === "PageUp") { show(at - 1); }
+      else { return; }
+      e.preventDefault();
+    });
+    notesFollow();
   }
   function hint() {  // a long slide says that it goes on below
     var s = slides[at];
@@ -134,6 +175,7 @@ _SCRIPT = """
     else if (key === "PageUp" || (key === " " && e.shiftKey)) { scrollOr(-1); }
     else if (key === "Home") { show(0); }
     else if (key === "End") { show(slides.length - 1); }
+    else if (key === "n" || key === "N") { openNotes(); }
     else { return; }
     e.preventDefault();
   });
@@ -306,32 +348,79 @@ def _title(cells: list[dict], notebook: Path) -> str:
     raise ValueError(f"notebook {notebook.name} has no title: its first heading should start with '# '")
 
 
+def _blocks(markdown: str) -> list[str]:
+    """``markdown`` cut at its blank lines outside code fences and display formulas: its paragraphs, lists,
+    fences, formulas and tables, in order."""
+    blocks: list[str] = []
+    lines: list[str] = []
+    fenced, display = None, False
+    for line in markdown.splitlines():
+        fence = FENCE.match(line)
+        if fence and fenced in (None, fence.group(1)):
+            fenced = None if fenced else fence.group(1)
+        elif not fenced and line.count("$$") % 2:
+            display = not display
+        if line.strip() or fenced or display:
+            lines.append(line)
+        elif lines:
+            blocks.append("\n".join(lines))
+            lines = []
+    return blocks + (["\n".join(lines)] if lines else [])
+
+
+def _with_notes(markdown: str) -> str:
+    """A stretch of prose on a slide that shows code: its first paragraph and the lists, formulas, tables and
+    code right after it on the slide, and from its next paragraph on, the speaker notes."""
+    blocks = _blocks(markdown)
+    paragraphs = [i for i, block in enumerate(blocks) if not re.match(r"\s*([-*+]\s|\d+[.)]\s|\$\$|\||```|~~~|>)",
+                                                                       block)]
+    cut = paragraphs[1] if len(paragraphs) > 1 else len(blocks)
+    shown, notes = ("\n\n".join(part) for part in (blocks[:cut], blocks[cut:]))
+    return _markdown(shown) + (f"\n<aside class=\"notes\">{_markdown(notes)}</aside>" if notes else "")
+
+
 def _lines(part: str) -> float:
     """About how many lines of the slide's text ``part`` fills on a 4:3 projector: a code line is smaller
-    (0.72 em), a figure about ``FIGURE_LINES``, prose about ``PROSE_CHARACTERS`` characters a line."""
+    (``CODE_LINE``), a figure about ``FIGURE_LINES``, prose about ``PROSE_CHARACTERS`` characters a line; its
+    speaker notes none."""
+    part = re.sub(r"<aside class=\"notes\">.*?</aside>", "", part, flags=re.S)
     code = sum(pre.count("\n") + 1 for pre in re.findall(r"<pre\b.*?</pre>", part, re.S))
     rows = len(re.findall(r"<tr\b", part))
     prose = re.sub(r"<pre\b.*?</pre>|<table\b.*?</table>|<[^>]+>", "", part, flags=re.S)
     blocks = len(re.findall(r"<(p|li|h[1-6]|pre|table|img)\b", part))
-    return (0.7 * code + 1.2 * rows + len(html.unescape(prose).strip()) / PROSE_CHARACTERS + 0.5 * blocks
+    return (CODE_LINE * code + 1.2 * rows + len(html.unescape(prose).strip()) / PROSE_CHARACTERS + 0.5 * blocks
             + FIGURE_LINES * len(re.findall(r"<img (?!class=\"math\")", part)))
 
 
-def _screens(parts: list[str], heading: bool) -> list[list[str]]:
+Part = str | tuple[str, str]  # a slide's part: HTML, or a stretch of prose: (its markdown, its HTML)
+
+
+def _html(part: Part) -> str:
+    return part if isinstance(part, str) else part[1]
+
+
+def _screens(parts: list[Part], heading: bool) -> list[list[Part]]:
     """A slide's parts cut into screens of at most ``SCREEN_LINES`` (a part is never cut: a longer one
     scrolls); each screen after the first repeats the heading, marked "continued"."""
     again = ([re.sub(r"</(h[1-6])>$", r" <span class=\"continued\">(continued)</span></\1>", parts[0].strip())]
              if heading else [])  # what each screen after the first starts with
-    screens: list[list[str]] = [[]]
+    screens: list[list[Part]] = [[]]
     used = 0.0
     for part in parts:
-        need = _lines(part)
+        need = _lines(_html(part))
         if used + need > SCREEN_LINES and len(screens[-1]) > len(again):
             screens.append(list(again))
             used = sum(map(_lines, again))
         screens[-1].append(part)
         used += need
     return screens
+
+
+def _shown(screen: list[Part]) -> list[str]:
+    """A screen's parts as HTML: its prose whole where the screen shows no code, and cut into what the screen
+    shows and its speaker notes where it does (``_with_notes``)."""
+    code = any(_html(part).startswith("<div class=\"cell\">") for part in screen)
+    return [part if isinstance(part, str) else _with_notes(part[0]) if code else part[1] for part in screen]
 
 
 def slides_html(notebook: str | Path) -> str:
@@ -341,7 +430,7 @@ def slides_html(notebook: str | Path) -> str:
         raise ValueError(f"notebook must be the path of a .ipynb file, got {str(notebook)!r}")
     cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
     title = _title(cells, path)
-    slides: list[tuple[int, list[str]]] = []
+    slides: list[tuple[int, list[Part]]] = []
     first_code = True
     for cell in cells:
         if cell["cell_type"] == "markdown":
@@ -349,7 +438,8 @@ def slides_html(notebook: str | Path) -> str:
                 if level or not slides:
                     slides.append((level, []))
                 heading, _, body = text.partition("\n") if level else ("", "", text)
-                slides[-1][1].extend(_markdown(part) for part in (heading, body) if part.strip())
+                slides[-1][1].extend([_markdown(heading)] if heading.strip() else [])
+                slides[-1][1].extend([(body, _markdown(body))] if body.strip() else [])
         elif cell["cell_type"] == "code":
             installing = first_code and source(cell) == FIRST_CELL
             first_code = False
@@ -364,7 +454,7 @@ def slides_html(notebook: str | Path) -> str:
         if level == 1 and about:
             parts.insert(1, about)
             about = ""
-        for n, screen in enumerate(_screens(parts, heading=bool(level))):
+        for n, screen in enumerate(map(_shown, _screens(parts, heading=bool(level)))):
             kind = " title" if level == 1 and n == 0 else " continued" if n else ""
             cut = len(screen) - bool(level)  # what a screen could be cut into: its parts under the heading
             sections.append(f"<section class=\"slide{kind}\" tabindex=\"-1\" data-parts=\"{cut}\">\n"

@@ -151,6 +151,26 @@ def test_a_made_up_notebook_shows_what_a_lesson_may_hold(tmp_path):
     assert "example.org" not in deck and "<pre class=\"text\">a page</pre>" in deck  # a script: its text instead
 
 
+def test_where_a_slide_shows_code_its_prose_after_the_first_paragraph_becomes_speaker_notes(tmp_path):
+    def cell(kind, text):
+        return {"cell_type": kind, "metadata": {}, "source": text,
+                **({"outputs": [], "execution_count": 1} if kind == "code" else {})}
+
+    notebook = tmp_path / "42_made_up.ipynb"
+    notebook.write_text(json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        cell("markdown", "# 42 · Made up\n\n## Code\n\nThe claim.\n\n- a point\n\n$$x^2$$\n\nWhy, at length.\n\nMore."),
+        cell("code", "print(1)"),
+        cell("markdown", "## Prose only\n\nFirst.\n\nSecond, shown too."),
+    ]}))
+    code, prose = sections(slides.slides_html(notebook))[1:]
+    [notes] = re.findall(r"<aside class=\"notes\">(.*?)</aside>", code, re.S)
+    shown = code.replace(notes, "")
+    assert "The claim." in shown and "<li>a point</li>" in shown and 'alt="x^2"' in shown and "print" in shown
+    assert "Why, at length." in notes and "More." in notes and "Why" not in shown
+    assert "Second, shown too." in prose and "notes" not in prose  # nothing else to show: the prose is the slide
+    assert slides._lines(code) == slides._lines(shown)  # the notes take no room on the screen
+
+
 def test_a_lesson_is_found_by_number_or_path_and_anything_else_is_refused_by_name(tmp_path):
     first = DECKS[0]
     number = first.name[:2]
@@ -235,6 +255,21 @@ def test_the_deck_moves_with_the_keys_in_chromium_fetches_nothing_and_prints_a_p
             assert page.inner_text("#counter") == f"{count} / {count}"
             page.goto(deck.as_uri() + "#3")
             assert page.inner_text("#counter") == f"3 / {count}"
+            # N: the speaker notes in a window of their own, which follows the slides
+            with page.expect_popup() as opened:
+                page.keyboard.press("n")
+            notes = opened.value
+            assert notes.inner_text("#where").startswith(f"Slide 3 / {count}")
+            with_notes = page.evaluate("() => Array.from(document.querySelectorAll('.slide')).findIndex("
+                                       "s => s.querySelector('aside.notes'))")
+            assert with_notes >= 0, "no slide of lesson 00 has speaker notes"
+            page.goto(deck.as_uri() + f"#{with_notes + 1}")
+            aside = page.locator(".slide").nth(with_notes).locator("aside.notes")
+            assert aside.is_hidden()  # on the projector, the slide alone
+            words = [" ".join(text.split()) for text in (notes.inner_text("#notes"), aside.inner_text())]
+            assert words[0] == words[1] != ""  # laid out alike or not, the same text
+            notes.keyboard.press("ArrowRight")  # the slides move from the notes' window too
+            assert page.inner_text("#counter") == f"{with_notes + 2} / {count}"
             assert {url.split("#")[0] for url in requested} == {deck.as_uri()}  # the file itself, nothing else
             assert problems == []
             pdf = page.pdf()
