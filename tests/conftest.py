@@ -34,10 +34,6 @@ def pytest_collection_modifyitems(config, items):
     if twice:
         config.hook.pytest_deselected(items=twice)
         items[:] = [item for item in items if item.path.suffix != ".ipynb" or item.path.name not in in_browser]
-    # The browser's run of every lesson first: it is the longest file by far, and over several workers
-    # (`./course test`: --dist loadfile --no-loadscope-reorder) it then starts at once on a worker of its own while
-    # the other workers take the unit tests, instead of starting when they are nearly done
-    items.sort(key=lambda item: item.path.name != "test_browser.py")
 
 
 @pytest.fixture(autouse=True)

@@ -19,7 +19,6 @@ import re
 import shutil
 import stat
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -166,27 +165,22 @@ def stand_in(folder: Path, name: str, script: str) -> Path:
 
 
 @each_bash
-@pytest.mark.parametrize("fails", [None, "failed", "interrupted"])
-def test_test_alone_runs_the_whole_suite_in_one_run_over_the_cores_and_fails_as_it_does(bash, venv, fails, tmp_path):
+@pytest.mark.parametrize("fails", [None, "first", "second", "both", "interrupted"])
+def test_test_alone_runs_the_unit_tests_over_the_cores_then_the_notebooks_and_fails_if_either_does(bash, venv, fails,
+                                                                                                   tmp_path):
     (venv / "lib" / "python3.99" / "site-packages" / "torch").mkdir(parents=True)
-    code = {"failed": 1, "interrupted": 2}.get(fails, 0)
-    if fails:  # the stand-in python fails the pytest run, after recording the call
-        failing = f'case " $* " in *" pytest "*) exit {code} ;; esac\nexit 0'
-        (venv / "bin" / "python").write_text((venv / "bin" / "python").read_text().replace("exit 0", failing))
+    failing = {"first": ("-n", 3), "second": ("notebooks", 3), "both": ("pytest", 3), "interrupted": ("-n", 2)}
+    if fails:  # the stand-in python fails a pytest run, after recording the call
+        word, code = failing[fails]
+        stub = (venv / "bin" / "python").read_text().replace(
+            "exit 0", f'case " $* " in *" {word} "*) exit {code} ;; esac\nexit 0')
+        (venv / "bin" / "python").write_text(stub)
     run = course(bash, venv, "test", first_on_path=stand_in(tmp_path / "bin", "nproc", "echo 2"))
-    assert run.returncode == code, run.stderr
-    # the browser's file is not named: conftest.py puts it first, and loadfile keeps that order without reordering
-    assert calls(venv)[1:] == [["python", "-m", "pytest", "-n", "2", "--dist", "loadfile", "--no-loadscope-reorder",
-                                "tests", "notebooks"]]
-
-
-def test_the_browsers_run_of_the_lessons_is_collected_first_so_that_a_worker_starts_it_at_once():
-    listed = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                             "tests/sgd", "tests/test_browser.py"], cwd=ROOT, capture_output=True, text=True)
-    ids = [line for line in listed.stdout.splitlines() if "::" in line]
-    browser = [i for i, test in enumerate(ids) if test.startswith("tests/test_browser.py::")]
-    assert browser and ids[0].startswith("tests/test_browser.py::"), ids[:3]
-    assert browser == list(range(len(browser)))  # all of it before any other test
+    assert run.returncode == (failing[fails][1] if fails else 0), run.stderr
+    units = ["python", "-m", "pytest", "-n", "2", "--dist", "loadfile", "--ignore=tests/test_browser.py", "tests"]
+    notebooks = ["python", "-m", "pytest", "tests/test_browser.py", "notebooks"]
+    # the notebooks run even after the unit tests failed, not after Ctrl-C stopped them
+    assert calls(venv)[1:] == ([units] if fails == "interrupted" else [units, notebooks])
 
 
 @pytest.mark.parametrize(("nproc", "getconf", "workers"), [
