@@ -5,7 +5,10 @@ built after a change would otherwise never replace the old one on a hub or in Co
 import ast
 import hashlib
 import re
+import shutil
+import subprocess
 import sys
+import venv
 from pathlib import Path
 
 import pytest
@@ -74,3 +77,36 @@ def test_the_changelog_says_what_this_version_changed():
     changelog = (ROOT / "CHANGELOG.md").read_text()
     assert re.search(rf"^## {re.escape(dpedu.__version__)} \(\d{{4}}-\d\d-\d\d\)$", changelog, re.M), (
         f"CHANGELOG.md has no section for dpedu {dpedu.__version__}: add one, with its date, saying what changed")
+
+
+def test_a_wheel_of_a_raised_version_replaces_the_installed_dpedu_and_one_of_the_same_version_does_not(tmp_path):
+    """What a hub or Colab learner's pip does with the wheel built after a change (why the version must move)."""
+    project = tmp_path / "project"
+    shutil.copytree(ROOT / "dpedu", project / "dpedu", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md", "LICENSE", "LICENSE-CONTENT.md"):
+        shutil.copy2(ROOT / name, project)
+    init = project / "dpedu" / "__init__.py"
+    original = init.read_text()
+    venv.create(tmp_path / "env", with_pip=True)
+    python = str(tmp_path / "env" / "bin" / "python")
+
+    def wheel(version: str, build: str) -> Path:
+        """A wheel of dpedu at ``version`` whose __init__.py ends with a line naming ``build``."""
+        init.write_text(re.sub(r'^__version__ = ".+"$', f'__version__ = "{version}"', original, flags=re.M)
+                        + f"# build {build}\n")
+        out = tmp_path / build
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                        "--disable-pip-version-check", "-w", str(out), str(project)], check=True, capture_output=True)
+        return next(out.glob("dpedu-*.whl"))
+
+    def install(path: Path) -> str:
+        """pip install the wheel as a learner would (dependencies aside); the build the installed dpedu is."""
+        subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--disable-pip-version-check",
+                        str(path)], check=True, capture_output=True)
+        where = subprocess.run([python, "-c", "import importlib.util as u; print(u.find_spec('dpedu').origin)"],
+                               check=True, capture_output=True, text=True, cwd=tmp_path).stdout.strip()
+        return Path(where).read_text().rsplit("# build ", 1)[1].strip()
+
+    assert install(wheel("1.0.0", "first")) == "first"
+    assert install(wheel("1.0.0", "changed")) == "first"  # same version: pip keeps what is installed
+    assert install(wheel("1.0.1", "raised")) == "raised"
