@@ -25,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTED_IMAGE = ["jupyterlab", "ipykernel", "numpy", "matplotlib", "scikit-learn"]
-RUNNERS = ["pytest", "nbval", "pytest-timeout", "pytest-xdist"]
+RUNNERS = ["pytest", "nbval", "pytest-timeout"]
 # Each unit test file is one of two kinds (tests/test_ci_passes.py checks that every file is named in exactly one):
 # - ON_EVERY_TORCH: what it checks goes through an API whose behaviour changes between torch releases (DDP and
 #   its hooks, FSDP2, DTensor, pipelining, torch.compile, torchrun and elastic agents, DataLoader and
@@ -77,16 +77,16 @@ def torch_version(py: Path) -> str:
                           capture_output=True, text=True).stdout.strip()
 
 
-def nbval(py: Path, notebooks: list[Path], env: dict[str, str], workers: int = 0) -> None:
+def nbval(py: Path, notebooks: list[Path], env: dict[str, str]) -> None:
     """Strict nbval on ``notebooks``, each in its own folder below one work folder, with the course's sanitizer
-    and timeouts, ``workers`` notebooks at a time (0: one after another). The work folder holds its own
-    pytest.ini, so that pytest finds no configuration and no conftest.py of the clone."""
+    and timeouts. The work folder holds its own pytest.ini, so that pytest finds no configuration and no
+    conftest.py of the clone."""
     work = notebooks[0].parents[1]
     (work / "pytest.ini").write_text("[pytest]\n")
     shutil.copy2(ROOT / "tests" / "nbval_sanitize.cfg", work)
-    run([str(py), "-m", "pytest", "-p", "no:cacheprovider", "-n", str(workers), "--dist", "loadfile", "--nbval",
-         "--nbval-cell-timeout=240", "--timeout=300", "--nbval-sanitize-with", "nbval_sanitize.cfg",
-         *(str(n.relative_to(work)) for n in notebooks)], env={**os.environ, **STORED_AS, **env}, cwd=work)
+    run([str(py), "-m", "pytest", "-p", "no:cacheprovider", "--nbval", "--nbval-cell-timeout=240", "--timeout=300",
+         "--nbval-sanitize-with", "nbval_sanitize.cfg", *(str(n.relative_to(work)) for n in notebooks)],
+        env={**os.environ, **STORED_AS, **env}, cwd=work)
 
 
 def main() -> int:
@@ -125,16 +125,14 @@ def main() -> int:
         assert Path(where).is_relative_to(options.venv.resolve()), f"dpedu imported from {where}, not the wheel"
         assert torch_version(py) == before, f"installing dpedu changed torch {before} to {torch_version(py)}"
         print(f"lesson 00's first cell installed dpedu ({where}); torch still {before}", flush=True)
-        # Two lessons at a time, as two learners on a hosted machine of 2 cores: their timing claims find the machine
-        # busy and say so (pass 3 judges them on an idle one), and the pass takes about a quarter less time
-        nbval(py, [Path(path) for path in folders.values()], {}, workers=2)
+        nbval(py, [Path(path) for path in folders.values()], {})
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
     if options.unit_tests:
-        # Over 2 workers, as pass 1 runs them (a 4-rank launch whose outsiders returned at once once failed here,
-        # rank 0 still joining the group: every rank now connects to all the others before its work begins)
-        run([str(py), "-m", "pytest", "-n", "2", "--dist", "loadfile", *ON_EVERY_TORCH], cwd=ROOT)
+        # One after another, not over the cores as pass 1 runs them: spread over 2 workers here (torch 2.15, ranks
+        # from a forkserver), a 4-rank launch whose outsiders return at once failed, rank 0 still joining the group
+        run([str(py), "-m", "pytest", *ON_EVERY_TORCH], cwd=ROOT)
     return 0
 
 
