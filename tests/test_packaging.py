@@ -4,11 +4,13 @@ built after a change would otherwise never replace the old one on a hub or in Co
 
 import ast
 import hashlib
+import os
 import re
 import shutil
 import subprocess
 import sys
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -91,6 +93,8 @@ def test_a_wheel_of_a_raised_version_replaces_the_installed_dpedu_and_one_of_the
     original = init.read_text()
     venv.create(tmp_path / "env", with_pip=True)
     python = str(tmp_path / "env" / "bin" / "python")
+    # pip as it comes: no PIP_FORCE_REINSTALL or configuration file of this machine's
+    plain_pip = {**{k: v for k, v in os.environ.items() if not k.startswith("PIP_")}, "PIP_CONFIG_FILE": os.devnull}
 
     def wheel(version: str, build: str) -> Path:
         """A wheel of dpedu at ``version`` whose __init__.py ends with a line naming ``build``."""
@@ -98,13 +102,16 @@ def test_a_wheel_of_a_raised_version_replaces_the_installed_dpedu_and_one_of_the
                         + f"# build {build}\n")
         out = tmp_path / build
         subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                        "--disable-pip-version-check", "-w", str(out), str(project)], check=True, capture_output=True)
-        return next(out.glob("dpedu-*.whl"))
+                        "--disable-pip-version-check", "-w", str(out), str(project)], check=True, capture_output=True,
+                       env=plain_pip)
+        built = next(out.glob("dpedu-*.whl"))
+        assert zipfile.ZipFile(built).read("dpedu/__init__.py").decode().endswith(f"# build {build}\n")  # not stale
+        return built
 
     def install(path: Path) -> str:
         """pip install the wheel as a learner would (dependencies aside); the build the installed dpedu is."""
         subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--disable-pip-version-check",
-                        str(path)], check=True, capture_output=True)
+                        str(path)], check=True, capture_output=True, env=plain_pip)
         where = subprocess.run([python, "-c", "import importlib.util as u; print(u.find_spec('dpedu').origin)"],
                                check=True, capture_output=True, text=True, cwd=tmp_path).stdout.strip()
         return Path(where).read_text().rsplit("# build ", 1)[1].strip()
