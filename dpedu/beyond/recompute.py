@@ -27,7 +27,7 @@ from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 from dpedu._validate import tensor, whole
 from dpedu.beyond.pipeline import saved_storages
 
-__all__ = ["Blocks", "CountMatmuls", "step", "train_ddp"]
+__all__ = ["Blocks", "CountMatmuls", "recomputation_cpu_ms", "recomputes_real_work", "step", "train_ddp"]
 
 
 class Blocks(nn.Module):
@@ -119,3 +119,28 @@ def train_ddp(*, steps: int = 6, width: int = 64, depth: int = 4, batch: int = 2
             optimizers[r].step()
     return {r: {"grads": first_grads[r], "params": [p.detach().clone() for p in blocks[r].parameters()],
                 "steps": measured[r]} for r in (False, True)}
+
+
+def recomputation_cpu_ms(plain: dict, recomputed: dict) -> tuple[float, float]:
+    """From ``train_ddp``'s two runs (its ``False`` and ``True``): what recomputing adds to backward, in
+    milliseconds of CPU time, and one forward of the plain model. The added time is the median, over the
+    steps after the first (a warm-up), of each step's backward with recomputation minus the plain model's
+    backward of the same step (the two ran back to back, so a slow spell of the machine slows both); the
+    forward is the plain model's median over the same steps."""
+    pairs = list(zip(plain["steps"], recomputed["steps"], strict=True))[1:]
+    if not pairs:
+        raise ValueError("the runs need at least 2 steps: the first is a warm-up")
+
+    def median(values: list[float]) -> float:
+        return 1e3 * sorted(values)[len(values) // 2]
+
+    return (median([r["backward_cpu_s"] - p["backward_cpu_s"] for p, r in pairs]),
+            median([p["forward_cpu_s"] for p, _ in pairs]))
+
+
+def recomputes_real_work(extra_ms: float, forward_ms: float) -> bool:
+    """Lesson 11's claim on ``recomputation_cpu_ms``: recomputing added at least a quarter of a forward's CPU time
+    to backward. A checkpoint that recomputes nothing adds none; one that recomputes as torch's does added from a
+    third of a forward to a whole one in the runs we measured (mostly above two thirds), whatever the CPU's kernels."""
+    return extra_ms > forward_ms / 4
+

@@ -1,7 +1,8 @@
 """Lesson 11's "the same parameters as DDP" catches what it guards against: a ZeRO-1 that sums the ranks'
 gradients instead of averaging them, or skips the all-gather of the updated shards, and FSDP, HSDP or
 ZeroRedundancyOptimizer stepping by the sum of the ranks' gradients, all fail the comparison the notebook makes
-(``zero_one.same_parameters``, within 1e-6, after the notebook's 5 SGD steps), while the correct subjects pass it.
+(``zero_one.same_parameters``, within 1e-6, after the notebook's 5 SGD steps), while the correct subjects pass it;
+and its activation checkpointing, with a checkpoint that recomputes nothing, fails "recomputing costs real work".
 
 A broken subject is the course's own code with one line changed (``_broken``: the source edited and run again),
 put in place inside the ranks only, so that each test breaks exactly what the lesson shows.
@@ -13,7 +14,7 @@ import torch.distributed as dist
 
 from claims.broken import changed, replaced
 from dpedu import launch
-from dpedu.beyond import fsdp_step, zero_memory, zero_one
+from dpedu.beyond import fsdp_step, recompute, zero_memory, zero_one
 
 STEPS = 5  # the notebook's
 # Zero1Optimizer.step's lines that average, and that gather every rank's updated slice back
@@ -120,3 +121,24 @@ def test_an_hsdp_that_sums_fails_the_comparison_with_ddp():
     four = launch(_four_ranks, 4)
     assert _same(four, "hsdp")
     assert not _same(four, "hsdp that sums")
+
+
+# Blocks.forward's line that checkpoints each block, and the same line without the checkpoint
+CHECKPOINTED = "x = checkpoint(block, x, use_reentrant=False) if self.recompute else block(x)"
+
+
+def _recomputation_costs() -> dict:
+    notebook = {"steps": 8, "width": 128, "batch": 512}  # the notebook's run
+    runs = {"checkpointed": recompute.train_ddp(**notebook)}
+    with replaced(recompute, "Blocks", changed(recompute.Blocks, (CHECKPOINTED, "x = block(x)"))):
+        runs["never recomputed"] = recompute.train_ddp(**notebook)
+    return {name: recompute.recomputation_cpu_ms(run[False], run[True]) for name, run in runs.items()}
+
+
+def test_a_checkpoint_that_recomputes_nothing_fails_recomputing_costs_real_work():
+    """Backs 11 cell 52: with torch's checkpoint backward's CPU time grows by at least a quarter of a forward's
+    (``recompute.recomputes_real_work``), on every rank; with blocks that are never recomputed it does not."""
+    for costs in launch(_recomputation_costs, 2):
+        assert recompute.recomputes_real_work(*costs["checkpointed"]), costs
+        assert not recompute.recomputes_real_work(*costs["never recomputed"]), costs
+
