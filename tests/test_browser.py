@@ -5,9 +5,11 @@ with no error or stderr on the page, the explorers' widgets render in the real f
 move redraws the plot within 2 s. It also does nbval's job for the notebooks it runs: the run is saved
 and its outputs are compared with the stored ones, by nbval's rules (``stored_outputs.py``), so that
 the suite executes each lesson once, not twice (``conftest.py`` leaves those notebooks out of nbval).
-One lab session serves every notebook; the server, its kernels (and their ranks) and the browser are
-stopped and reaped whatever happens. On failure a screenshot lands in ``.browser-failures/``. The
-handout (``./course handout``) is opened and printed in the same Chromium.
+One lab session serves every notebook, and one JupyterLab page opens them in turn, as a learner opens lessons
+from the file browser (loading JupyterLab again for each lesson cost about 3 s a lesson); a lesson that went
+wrong leaves its page behind, and the next one starts on a fresh page. The server, its kernels (and their
+ranks) and the browser are stopped and reaped whatever happens. On failure a screenshot lands in
+``.browser-failures/``. The handout (``./course handout``) is opened and printed in the same Chromium.
 
 Needs Chromium: ``.ci/run`` installs Debian's package when it runs as root; elsewhere install
 Chromium, or point ``DPEDU_CHROMIUM`` at a Chromium binary (such as the one ``playwright install
@@ -75,7 +77,8 @@ def lab(tmp_path_factory):
     env["JUPYTERLAB_WORKSPACES_DIR"] = str(work / "workspaces")  # a fresh workspace: no tabs restored
     command = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
                f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={work / 'notebooks'}",
-               f"--LabApp.user_settings_dir={work / 'settings'}"] + (["--allow-root"] if os.geteuid() == 0 else [])
+               f"--LabApp.user_settings_dir={work / 'settings'}",
+               "--LabApp.expose_app_in_browser=True"] + (["--allow-root"] if os.geteuid() == 0 else [])  # its commands
     with open(work / "lab.log", "w") as log:
         server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -120,9 +123,48 @@ def browser():
             chromium.close()
 
 
+class LabPage:
+    """The JupyterLab page lessons open in, one at a time; ``discard`` it after a lesson that went wrong."""
+
+    def __init__(self, browser, url: str, token: str):
+        self.browser, self.url, self.token = browser, url, token
+        self.page, self.pages = None, 0
+
+    def get(self):
+        if self.page is None:
+            self.pages += 1
+            page = self.browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"{self.url}/lab/workspaces/page-{self.pages}?token={self.token}")  # a fresh workspace each
+            page.wait_for_function("() => window.jupyterapp !== undefined", timeout=90_000)
+            page.evaluate("() => window.jupyterapp.restored")  # a Promise: evaluate waits until it resolves
+            self.page = page
+        return self.page
+
+    def close_notebooks(self) -> None:
+        """Close what the lesson opened (without the prompt about unsaved changes), ready for the next."""
+        self.page.evaluate("() => { for (const widget of [...window.jupyterapp.shell.widgets('main')]) "
+                           "widget.dispose(); }")
+        self.page.wait_for_function("() => document.querySelector('.jp-Notebook') === null", timeout=30_000)
+
+    def discard(self) -> None:
+        if self.page is not None:
+            page, self.page = self.page, None
+            page.close()
+
+
+@pytest.fixture(scope="module")
+def lab_page(lab, browser):
+    url, token, _ = lab
+    pages = LabPage(browser, url, token)
+    try:
+        yield pages
+    finally:
+        pages.discard()
+
+
 def run_all(page, url: str, token: str, name: str, cells: int, code_cells: int) -> None:
     """Open ``name`` in JupyterLab, Run All from the menu, and wait until every code cell has run."""
-    page.goto(f"{url}/lab/workspaces/{Path(name).stem}/tree/{name}?token={token}")  # a fresh workspace each
+    page.evaluate("(path) => { window.jupyterapp.commands.execute('docmanager:open', {path}); }", name)
     page.wait_for_function("(n) => document.querySelectorAll('.jp-Notebook .jp-Cell').length === n",
                            arg=cells, timeout=90_000)  # the whole notebook is on the page
     _wait_for_connected_kernel(url, token, name)  # cells run before the kernel is connected are lost
@@ -209,15 +251,16 @@ def save(page, notebook: Path, seconds: float = 30.0) -> dict:
     raise playwright.TimeoutError(f"{notebook.name} was not saved within {seconds:g} s")
 
 
-def check_in_browser(lab, browser, notebook: Path, stored: dict | None = None) -> tuple[list[str], list[float]]:
-    """Run ``notebook`` (a path inside the lab's folder) in a fresh page; return problems and redraw times.
+def check_in_browser(lab, lab_page: LabPage, notebook: Path, stored: dict | None = None
+                     ) -> tuple[list[str], list[float]]:
+    """Run ``notebook`` (a path inside the lab's folder) in the lab's page; return problems and redraw times.
 
     With ``stored`` (the notebook as committed), the run is saved and its outputs compared with it."""
     url, token, work = lab
     cells = json.loads(notebook.read_text())["cells"]
     code = [c for c in cells if c["cell_type"] == "code"]
     explorers = sum("explore(" in "".join(c["source"]) for c in code)
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page, done = lab_page.get(), False
     try:
         try:
             run_all(page, url, token, notebook.name, len(cells), len(code))
@@ -237,9 +280,13 @@ def check_in_browser(lab, browser, notebook: Path, stored: dict | None = None) -
             SCREENSHOTS.mkdir(exist_ok=True)
             page.screenshot(path=SCREENSHOTS / f"{notebook.stem}.png", full_page=True)
             problems.append(f"screenshot: {SCREENSHOTS / (notebook.stem + '.png')}")
+        else:
+            lab_page.close_notebooks()
+            done = True
         return problems, redraws
     finally:
-        page.close()
+        if not done:
+            lab_page.discard()
         _shut_down_kernels(url, token)
 
 
@@ -254,9 +301,9 @@ def _shut_down_kernels(url: str, token: str) -> None:
 
 @pytest.mark.timeout(RUN_LIMIT + 120)  # the server and the browser start and stop around Run All
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda path: path.stem)
-def test_run_all_in_jupyterlab_shows_no_error_and_explorers_redraw(lab, browser, notebook):
+def test_run_all_in_jupyterlab_shows_no_error_and_explorers_redraw(lab, lab_page, notebook):
     stored = json.loads(notebook.read_text())
-    problems, redraws = check_in_browser(lab, browser, lab[2] / "notebooks" / notebook.name, stored)
+    problems, redraws = check_in_browser(lab, lab_page, lab[2] / "notebooks" / notebook.name, stored)
     if redraws:
         print(f"{notebook.stem}: slider redraws took " + ", ".join(f"{s:.2f} s" for s in redraws))
     assert not problems, f"{notebook.name} in JupyterLab:\n" + "\n".join(problems)
@@ -279,12 +326,12 @@ BROKEN = {
 }
 
 
-def test_the_check_catches_an_error_a_stale_output_and_an_explorer_that_does_not_redraw(lab, browser):
+def test_the_check_catches_an_error_a_stale_output_and_an_explorer_that_does_not_redraw(lab, lab_page):
     """A check that cannot fail proves nothing: a notebook broken on purpose must be caught."""
     broken = lab[2] / "notebooks" / "99_broken_on_purpose.ipynb"
     broken.write_text(json.dumps(BROKEN))
     try:
-        problems, _ = check_in_browser(lab, browser, broken, stored=BROKEN)
+        problems, _ = check_in_browser(lab, lab_page, broken, stored=BROKEN)
     finally:  # lesson 00 lists the lessons in its folder: a lesson 99 must not be there when it runs
         broken.unlink()
     assert any("ValueError: a broken cell" in p for p in problems), problems
