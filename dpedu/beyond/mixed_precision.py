@@ -19,6 +19,7 @@ Used in lesson 11.
 
 from __future__ import annotations
 
+import platform
 import time
 
 import torch
@@ -30,7 +31,8 @@ from dpedu.beyond.pipeline import saved_storages
 from dpedu.datasets import digits
 from dpedu.models import mlp
 
-__all__ = ["BF16_ENV", "PRECISIONS", "saved_bytes", "train_digits", "small_gradients", "matmul_seconds"]
+__all__ = ["BF16_ENV", "PRECISIONS", "saved_bytes", "train_digits", "small_gradients", "matmul_seconds",
+           "bfloat16_instructions"]
 
 BF16_ENV = {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}
 PRECISIONS = ("float32", "bfloat16", "float16")
@@ -149,3 +151,14 @@ def matmul_seconds(precision: str, size: int = 512, repeats: int = 10) -> float:
         a @ a
         times.append(time.perf_counter() - start)
     return sorted(times)[len(times) // 2]
+
+
+def bfloat16_instructions() -> bool | None:
+    """Whether this CPU computes bfloat16 natively (x86's AVX512_BF16 or AMX), by torch's own check, which asks the
+    CPU itself (macOS has no /proc/cpuinfo to read). None where that check cannot tell: a CPU that is not x86 (some
+    ARM CPUs have bfloat16 instructions of their own), or a torch without the check."""
+    checks = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    if platform.machine().lower() not in ("x86_64", "amd64") or None in checks:
+        return None
+    return any(check() for check in checks)
+

@@ -1,3 +1,6 @@
+import platform
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -48,6 +51,27 @@ def test_float16_loses_tiny_gradients_that_loss_scaling_and_bfloat16_keep():
     assert found["bfloat16", 1.0]["relative_error"] > 0.01  # 8 bits of precision show
     assert found["float32", 1.0] == {**found["float32", 1.0], "lost_share": 0.0, "relative_error": 0.0}
     assert found["float32", 1.0]["smallest_gradient"] < 2 ** -24
+
+
+@pytest.mark.skipif(not Path("/proc/cpuinfo").exists() or platform.machine() != "x86_64", reason="reads x86 flags")
+def test_bfloat16_instructions_agree_with_the_flags_linux_lists():
+    flags = Path("/proc/cpuinfo").read_text().split()
+    assert mx.bfloat16_instructions() == ("avx512_bf16" in flags or "amx_tile" in flags)
+
+
+@pytest.mark.parametrize(("machine", "answers", "expected"), [
+    ("x86_64", (True, False), True), ("x86_64", (False, True), True), ("x86_64", (False, False), False),
+    ("AMD64", (False, False), False), ("arm64", (True, True), None), ("aarch64", (False, False), None),
+    ("x86_64", (None, False), None),  # a torch without the check: it cannot tell
+])
+def test_bfloat16_instructions_say_none_where_torchs_check_cannot_tell(monkeypatch, machine, answers, expected):
+    monkeypatch.setattr(mx.platform, "machine", lambda: machine)
+    for name, answer in zip(("_is_avx512_bf16_supported", "_is_amx_tile_supported"), answers, strict=True):
+        if answer is None:
+            monkeypatch.delattr(torch.cpu, name)
+        else:
+            monkeypatch.setattr(torch.cpu, name, lambda answer=answer: answer)
+    assert mx.bfloat16_instructions() is expected
 
 
 def test_matmul_seconds_are_positive():
