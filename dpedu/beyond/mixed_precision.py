@@ -155,8 +155,9 @@ def matmul_seconds(precision: str, size: int = 512, repeats: int = 10) -> float:
 
 def bfloat16_instructions() -> bool | None:
     """Whether this CPU computes bfloat16 natively (x86's AVX512_BF16 or AMX), by torch's own check, which asks the
-    CPU itself (macOS has no /proc/cpuinfo to read). None where that check cannot tell: a CPU that is not x86 (some
-    ARM CPUs have bfloat16 instructions of their own), or a torch without the check."""
+    CPU itself (macOS has no /proc/cpuinfo to read). None where the course does not judge: a CPU that is not x86 (torch
+    lists an ARM CPU's bfloat16 flags too, but how fast its bfloat16 matmuls run there was not measured for the
+    course), or a torch without those checks."""
     checks = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
     if platform.machine().lower() not in ("x86_64", "amd64") or None in checks:
         return None

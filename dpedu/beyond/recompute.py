@@ -27,7 +27,7 @@ from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 from dpedu._validate import tensor, whole
 from dpedu.beyond.pipeline import saved_storages
 
-__all__ = ["Blocks", "CountMatmuls", "recomputation_cpu_ms", "recomputes_real_work", "step", "train_ddp"]
+__all__ = ["Blocks", "CountMatmuls", "checkpointing_costs_backward", "checkpointing_cpu_ms", "step", "train_ddp"]
 
 
 class Blocks(nn.Module):
@@ -121,26 +121,35 @@ def train_ddp(*, steps: int = 6, width: int = 64, depth: int = 4, batch: int = 2
                 "steps": measured[r]} for r in (False, True)}
 
 
-def recomputation_cpu_ms(plain: dict, recomputed: dict) -> tuple[float, float]:
-    """From ``train_ddp``'s two runs (its ``False`` and ``True``): what recomputing adds to backward, in
-    milliseconds of CPU time, and one forward of the plain model. The added time is the median, over the
-    steps after the first (a warm-up), of each step's backward with recomputation minus the plain model's
-    backward of the same step (the two ran back to back, so a slow spell of the machine slows both); the
-    forward is the plain model's median over the same steps."""
-    pairs = list(zip(plain["steps"], recomputed["steps"], strict=True))[1:]
-    if not pairs:
-        raise ValueError("the runs need at least 2 steps: the first is a warm-up")
+def checkpointing_cpu_ms(plain: dict, checkpointed: dict) -> tuple[float, float]:
+    """From ``train_ddp``'s two runs (its ``False`` and ``True``): what checkpointing adds to backward (the
+    recomputation and checkpointing's own work), in milliseconds of CPU time, and one forward of the plain model.
+    The added time is the median, over the steps after the first (a warm-up), of each step's backward with
+    checkpointing minus the plain model's backward of the same step (the two ran back to back, so a slow spell of
+    the machine slows both); the forward is the plain model's median over the same steps."""
+    runs = {"plain": plain, "checkpointed": checkpointed}
+    for name, run in runs.items():
+        if not isinstance(run, dict) or not isinstance(run.get("steps"), list):
+            raise TypeError(f"{name} must be one of train_ddp's runs (a dict with its 'steps'), "
+                            f"got {type(run).__name__}")
+        if len(run["steps"]) < 2:
+            raise ValueError(f"{name} must have at least 2 steps (the first is a warm-up), got {len(run['steps'])}")
+    if len(plain["steps"]) != len(checkpointed["steps"]):
+        raise ValueError(f"plain and checkpointed must have as many steps, got {len(plain['steps'])} and "
+                         f"{len(checkpointed['steps'])}")
+    pairs = list(zip(plain["steps"], checkpointed["steps"], strict=True))[1:]
 
     def median(values: list[float]) -> float:
         return 1e3 * sorted(values)[len(values) // 2]
 
-    return (median([r["backward_cpu_s"] - p["backward_cpu_s"] for p, r in pairs]),
+    return (median([c["backward_cpu_s"] - p["backward_cpu_s"] for p, c in pairs]),
             median([p["forward_cpu_s"] for p, _ in pairs]))
 
 
-def recomputes_real_work(extra_ms: float, forward_ms: float) -> bool:
-    """Lesson 11's claim on ``recomputation_cpu_ms``: recomputing added at least a quarter of a forward's CPU time
-    to backward. A checkpoint that recomputes nothing adds none; one that recomputes as torch's does added from a
-    third of a forward to a whole one in the runs we measured (mostly above two thirds), whatever the CPU's kernels."""
-    return extra_ms > forward_ms / 4
-
+def checkpointing_costs_backward(added_ms: float, forward_ms: float) -> bool:
+    """Lesson 11's claim on ``checkpointing_cpu_ms``: checkpointing added at least a quarter of a forward's CPU time
+    to backward. Blocks that are not checkpointed add none; torch's checkpoint added from about a third of a
+    forward to slightly more than a whole one in the runs we measured (most from 0.6 to 0.9), whatever the CPU's
+    kernels. Its recomputation alone is shown by the count of matrix products, not by this time: a checkpoint told
+    to save everything (recomputing nothing) still added a fifth to a third of a forward, its own work."""
+    return added_ms > forward_ms / 4

@@ -39,6 +39,19 @@ def test_under_ddp_replicas_stay_identical_and_the_gradients_equal_those_without
     assert [s["backward_matmuls"] for s in ranks[0][True]["steps"]] == [4 * 4 - 1 + 4] * 2  # counted under DDP too
 
 
+def _run(steps: int, backward_s: float = 0.02, forward_s: float = 0.01) -> dict:
+    return {"steps": [{"backward_cpu_s": backward_s, "forward_cpu_s": forward_s}] * steps}
+
+
+def test_checkpointings_cost_is_the_median_of_paired_differences_after_the_warm_up_step():
+    plain = {"steps": [{"backward_cpu_s": b, "forward_cpu_s": f} for b, f in
+                       ((1.0, 1.0), (0.020, 0.010), (0.020, 0.012), (0.030, 0.011))]}
+    checkpointed = {"steps": [{"backward_cpu_s": b, "forward_cpu_s": 0.0} for b in (0.0, 0.025, 0.029, 0.050)]}
+    added, forward = rc.checkpointing_cpu_ms(plain, checkpointed)  # differences 5, 9 and 20 ms; the first left out
+    assert added == pytest.approx(9.0) and forward == pytest.approx(11.0)
+    assert rc.checkpointing_costs_backward(added, forward) and not rc.checkpointing_costs_backward(2.0, forward)
+
+
 @pytest.mark.parametrize(("call", "error", "name"), [
     (lambda: rc.Blocks(8, 2, recompute="yes"), TypeError, "recompute"),
     (lambda: rc.Blocks(8, 2, recompute=True, early_stop=1), TypeError, "early_stop"),
@@ -48,6 +61,10 @@ def test_under_ddp_replicas_stay_identical_and_the_gradients_equal_those_without
     (lambda: rc.step(rc.Blocks(2, 1, recompute=False), rc.Blocks(2, 1, recompute=False), torch.ones(2),
                      torch.ones(1, 2)), ValueError, "x"),
     (lambda: rc.train_ddp(steps=0), ValueError, "steps"),
+    (lambda: rc.checkpointing_cpu_ms([], _run(3)), TypeError, "plain"),
+    (lambda: rc.checkpointing_cpu_ms(_run(3), {}), TypeError, "checkpointed"),
+    (lambda: rc.checkpointing_cpu_ms(_run(1), _run(1)), ValueError, "plain"),
+    (lambda: rc.checkpointing_cpu_ms(_run(3), _run(2)), ValueError, "as many steps"),
 ])
 def test_bad_arguments_are_refused_by_name(call, error, name):
     with pytest.raises(error, match=name):

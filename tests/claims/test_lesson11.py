@@ -2,7 +2,7 @@
 gradients instead of averaging them, or skips the all-gather of the updated shards, and FSDP, HSDP or
 ZeroRedundancyOptimizer stepping by the sum of the ranks' gradients, all fail the comparison the notebook makes
 (``zero_one.same_parameters``, within 1e-6, after the notebook's 5 SGD steps), while the correct subjects pass it;
-and its activation checkpointing, with a checkpoint that recomputes nothing, fails "recomputing costs real work".
+and its activation checkpointing, with blocks that are not checkpointed, fails "checkpointing costs backward CPU time".
 
 A broken subject is the course's own code with one line changed (``_broken``: the source edited and run again),
 put in place inside the ranks only, so that each test breaks exactly what the lesson shows.
@@ -127,18 +127,18 @@ def test_an_hsdp_that_sums_fails_the_comparison_with_ddp():
 CHECKPOINTED = "x = checkpoint(block, x, use_reentrant=False) if self.recompute else block(x)"
 
 
-def _recomputation_costs() -> dict:
+def _checkpointing_costs() -> dict:
     notebook = {"steps": 8, "width": 128, "batch": 512}  # the notebook's run
     runs = {"checkpointed": recompute.train_ddp(**notebook)}
     with replaced(recompute, "Blocks", changed(recompute.Blocks, (CHECKPOINTED, "x = block(x)"))):
-        runs["never recomputed"] = recompute.train_ddp(**notebook)
-    return {name: recompute.recomputation_cpu_ms(run[False], run[True]) for name, run in runs.items()}
+        runs["not checkpointed"] = recompute.train_ddp(**notebook)
+    return {name: recompute.checkpointing_cpu_ms(run[False], run[True]) for name, run in runs.items()}
 
 
-def test_a_checkpoint_that_recomputes_nothing_fails_recomputing_costs_real_work():
+def test_blocks_that_are_not_checkpointed_fail_checkpointing_costs_backward_cpu_time():
     """Backs 11 cell 52: with torch's checkpoint backward's CPU time grows by at least a quarter of a forward's
-    (``recompute.recomputes_real_work``), on every rank; with blocks that are never recomputed it does not."""
-    for costs in launch(_recomputation_costs, 2):
-        assert recompute.recomputes_real_work(*costs["checkpointed"]), costs
-        assert not recompute.recomputes_real_work(*costs["never recomputed"]), costs
+    (``recompute.checkpointing_costs_backward``), on every rank; with blocks that are not checkpointed it does not."""
+    for costs in launch(_checkpointing_costs, 2):
+        assert recompute.checkpointing_costs_backward(*costs["checkpointed"]), costs
+        assert not recompute.checkpointing_costs_backward(*costs["not checkpointed"]), costs
 
