@@ -8,9 +8,9 @@ the suite executes each lesson once, not twice (``conftest.py`` leaves those not
 One lab session serves every notebook, and one JupyterLab page opens them in turn, as a learner opens lessons
 from the file browser (loading JupyterLab again for each lesson cost about 6 s a lesson: 93 s against 68 s for
 four lessons); a lesson that went wrong, or left a dialog open, leaves its page behind, and the next one starts
-on a fresh page. The server, its kernels (and their
-ranks) and the browser are stopped and reaped whatever happens. On failure a screenshot lands in
-``.browser-failures/``. The handout (``./course handout``) is opened and printed in the same Chromium.
+on a fresh page. The server, its kernels (and their ranks) and the browser are stopped and reaped whatever
+happens. On failure a screenshot lands in ``.browser-failures/``. The handout (``./course handout``) is opened
+and printed in the same Chromium.
 
 Needs Chromium: ``.ci/run`` installs Debian's package when it runs as root; elsewhere install
 Chromium, or point ``DPEDU_CHROMIUM`` at a Chromium binary (such as the one ``playwright install

@@ -162,4 +162,3 @@ def bfloat16_instructions() -> bool | None:
     if platform.machine().lower() not in ("x86_64", "amd64") or None in checks:
         return None
     return any(check() for check in checks)
-

@@ -141,4 +141,3 @@ def test_blocks_that_are_not_checkpointed_fail_checkpointing_costs_backward_cpu_
     for costs in launch(_checkpointing_costs, 2):
         assert recompute.checkpointing_costs_backward(*costs["checkpointed"]), costs
         assert not recompute.checkpointing_costs_backward(*costs["not checkpointed"]), costs
-
