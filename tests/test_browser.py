@@ -209,11 +209,16 @@ def _wait_for_connected_kernel(url: str, token: str, name: str, seconds: float =
     raise playwright.TimeoutError(f"the kernel of {name} did not start within {seconds:g} s")
 
 
+def shortened(text: str, head: int = 500, tail: int = 700) -> str:
+    """A long traceback's start (which cell, which line) and its end (the exception's message)."""
+    return text if len(text) <= head + tail else f"{text[:head]}\n[...]\n{text[-tail:]}"
+
+
 def problems_on_page(page, explorers: int) -> list[str]:
     """Errors, stderr and widgets that failed to render, as the learner would see them."""
-    found = [f"error: {e.inner_text()[:800]}" for e in
+    found = [f"error: {shortened(e.inner_text())}" for e in
              page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.error']").all()]
-    found += [f"stderr: {e.inner_text()[:800]}" for e in
+    found += [f"stderr: {shortened(e.inner_text())}" for e in
               page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").all()]
     if page.get_by_text("Error displaying widget").count():
         found.append("a widget failed to render")
