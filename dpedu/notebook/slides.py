@@ -9,11 +9,12 @@ embedded, the few lines of script and style are in the page, nothing is fetched 
 works offline. Formulas (``$...$``, ``$$...$$``) are drawn by matplotlib's mathtext when the deck is built,
 as pictures that grow with the text; one mathtext cannot draw stays as its TeX, in code type. What follows a
 heading is cut into screens for a 4:3 projector (the heading repeated, marked "continued") between its parts,
-a stretch of prose or a cell with its outputs; a part taller than the screen scrolls. Where a screen shows
-code, it keeps each stretch of prose up to its first paragraph (and the lists, formulas and tables right
-after it), and the rest of that prose becomes the screen's speaker notes (few screens so far: long prose
-mostly has a screen of its own). The text grows with the browser's
-zoom (Ctrl-+) as well as with the screen.
+a stretch of prose or a cell with its outputs; a part taller than the screen scrolls. A stretch of prose shares
+a screen with the code cell right after it where the two fit: the screen shows the prose up to its first
+paragraph (and the lists, formulas and tables right after it), the claim, and the rest becomes the screen's
+speaker notes (28 of the course's 560 screens: most cells that long prose leads to are themselves about a
+screen tall, and their prose keeps a screen of its own). The text grows with the browser's zoom (Ctrl-+) as
+well as with the screen.
 
 In the browser: Right, Space, PageDown or a click move on (Space and PageDown first scroll a long slide
 to its end); Left, PageUp or a click near the left edge move back; Home and End; ``#5`` in the address
@@ -395,32 +396,43 @@ def _lines(part: str) -> float:
 Part = str | tuple[str, str]  # a slide's part: HTML, or a stretch of prose: (its markdown, its HTML)
 
 
-def _html(part: Part) -> str:
-    return part if isinstance(part, str) else part[1]
+def _is_code(part: Part) -> bool:
+    return isinstance(part, str) and part.startswith("<div class=\"cell\">")
 
 
-def _screens(parts: list[Part], heading: bool) -> list[list[Part]]:
-    """A slide's parts cut into screens of at most ``SCREEN_LINES`` (a part is never cut: a longer one
-    scrolls); each screen after the first repeats the heading, marked "continued"."""
-    again = ([re.sub(r"</(h[1-6])>$", r" <span class=\"continued\">(continued)</span></\1>", parts[0].strip())]
+def _units(parts: list[Part]) -> list[list[str]]:
+    """A slide's parts as HTML, in the groups a screen never splits: a stretch of prose with the code cell right
+    after it, where the two fit a screen, the prose cut into what the screen shows and its speaker notes
+    (``_with_notes``), so that the claim, the code and its outputs are on one screen and the explanation is in
+    the notes; any other part alone (a stretch of prose whole). Joined also where the cell alone is taller than
+    a screen, 20 more screens had notes, but 8 more scrolled: a screen that fits matters more."""
+    units: list[list[str]] = []
+    for i, part in enumerate(parts):
+        prose_before = i > 0 and isinstance(parts[i - 1], tuple)
+        together = [_with_notes(parts[i - 1][0]), part] if _is_code(part) and prose_before else []
+        if together and sum(map(_lines, together)) <= SCREEN_LINES:
+            units[-1] = together
+        else:
+            units.append([part if isinstance(part, str) else part[1]])
+    return units
+
+
+def _screens(parts: list[Part], heading: bool) -> list[list[list[str]]]:
+    """A slide's units (``_units``) cut into screens of at most ``SCREEN_LINES`` (a unit is never cut: a longer
+    one scrolls); each screen after the first repeats the heading, marked "continued"."""
+    units = _units(parts)
+    again = ([[re.sub(r"</(h[1-6])>$", r' <span class="continued">(continued)</span></\1>', units[0][0].strip())]]
              if heading else [])  # what each screen after the first starts with
-    screens: list[list[Part]] = [[]]
+    screens: list[list[list[str]]] = [[]]
     used = 0.0
-    for part in parts:
-        need = _lines(_html(part))
+    for unit in units:
+        need = sum(map(_lines, unit))
         if used + need > SCREEN_LINES and len(screens[-1]) > len(again):
             screens.append(list(again))
-            used = sum(map(_lines, again))
-        screens[-1].append(part)
+            used = sum(_lines(part) for repeated in again for part in repeated)
+        screens[-1].append(unit)
         used += need
     return screens
-
-
-def _shown(screen: list[Part]) -> list[str]:
-    """A screen's parts as HTML: its prose whole where the screen shows no code, and cut into what the screen
-    shows and its speaker notes where it does (``_with_notes``)."""
-    code = any(_html(part).startswith("<div class=\"cell\">") for part in screen)
-    return [part if isinstance(part, str) else _with_notes(part[0]) if code else part[1] for part in screen]
 
 
 def slides_html(notebook: str | Path) -> str:
@@ -454,11 +466,11 @@ def slides_html(notebook: str | Path) -> str:
         if level == 1 and about:
             parts.insert(1, about)
             about = ""
-        for n, screen in enumerate(map(_shown, _screens(parts, heading=bool(level)))):
+        for n, screen in enumerate(_screens(parts, heading=bool(level))):
             kind = " title" if level == 1 and n == 0 else " continued" if n else ""
-            cut = len(screen) - bool(level)  # what a screen could be cut into: its parts under the heading
+            cut = len(screen) - bool(level)  # what a screen could be cut into: its units under the heading
             sections.append(f"<section class=\"slide{kind}\" tabindex=\"-1\" data-parts=\"{cut}\">\n"
-                            + "\n".join(screen) + "\n</section>")
+                            + "\n".join(part for unit in screen for part in unit) + "\n</section>")
     from pygments.formatters import HtmlFormatter
 
     style = _STYLE + HtmlFormatter().get_style_defs(".highlight")

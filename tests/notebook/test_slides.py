@@ -151,24 +151,50 @@ def test_a_made_up_notebook_shows_what_a_lesson_may_hold(tmp_path):
     assert "example.org" not in deck and "<pre class=\"text\">a page</pre>" in deck  # a script: its text instead
 
 
-def test_where_a_slide_shows_code_its_prose_after_the_first_paragraph_becomes_speaker_notes(tmp_path):
-    def cell(kind, text):
-        return {"cell_type": kind, "metadata": {}, "source": text,
-                **({"outputs": [], "execution_count": 1} if kind == "code" else {})}
+def cell(kind: str, text: str) -> dict:
+    return {"cell_type": kind, "metadata": {}, "source": text,
+            **({"outputs": [], "execution_count": 1} if kind == "code" else {})}
 
+
+def made_up(tmp_path: Path, *cells: dict) -> str:
     notebook = tmp_path / "42_made_up.ipynb"
-    notebook.write_text(json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+    notebook.write_text(json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": list(cells)}))
+    return slides.slides_html(notebook)
+
+
+def test_where_a_slide_shows_code_its_prose_after_the_first_paragraph_becomes_speaker_notes(tmp_path):
+    deck = made_up(
+        tmp_path,
         cell("markdown", "# 42 · Made up\n\n## Code\n\nThe claim.\n\n- a point\n\n$$x^2$$\n\nWhy, at length.\n\nMore."),
         cell("code", "print(1)"),
         cell("markdown", "## Prose only\n\nFirst.\n\nSecond, shown too."),
-    ]}))
-    code, prose = sections(slides.slides_html(notebook))[1:]
+    )
+    code, prose = sections(deck)[1:]
     [notes] = re.findall(r"<aside class=\"notes\">(.*?)</aside>", code, re.S)
     shown = code.replace(notes, "")
     assert "The claim." in shown and "<li>a point</li>" in shown and 'alt="x^2"' in shown and "print" in shown
     assert "Why, at length." in notes and "More." in notes and "Why" not in shown
     assert "Second, shown too." in prose and "notes" not in prose  # nothing else to show: the prose is the slide
     assert slides._lines(code) == slides._lines(shown)  # the notes take no room on the screen
+
+
+def test_prose_shares_a_screen_with_the_cell_after_it_only_where_both_fit_and_other_prose_stays_whole(tmp_path):
+    tall = "\n".join(f"step_{n} = {n}" for n in range(int(slides.SCREEN_LINES / slides.CODE_LINE) + 5))
+    deck = made_up(
+        tmp_path,
+        cell("markdown", "# 42 · Made up\n\n## Short\n\nThe claim.\n\nWhy, at length."),
+        cell("code", "print(1)"),
+        cell("markdown", "After the cell.\n\nStill whole."),
+        cell("markdown", "## Tall\n\nThe other claim.\n\nIts reasons."),
+        cell("code", tall),
+    )
+    short, tall_prose, tall_cell = sections(deck, continued=True)[1:]
+    assert "<aside class=\"notes\"><p>Why, at length.</p>" in short and "print" in short
+    assert "Still whole." in short.split("</aside>")[-1]  # prose no cell follows is shown, not put in notes
+    # the cell alone is taller than a screen: the prose before it keeps a screen of its own, whole
+    assert "Its reasons." in tall_prose and "notes" not in tall_prose and "step_0" not in tall_prose
+    assert "step_0" in tall_cell and "The other claim." not in tall_cell
+    assert '<h2>Tall <span class="continued">(continued)</span></h2>' in tall_cell  # styled small: its class
 
 
 def test_a_lesson_is_found_by_number_or_path_and_anything_else_is_refused_by_name(tmp_path):
