@@ -187,13 +187,17 @@ def run_all(page, url: str, token: str, name: str, cells: int, code_cells: int) 
             break
         except playwright.TimeoutError:
             page.keyboard.press("Escape")  # close the menu if it is still open, and try again
-    page.wait_for_function(  # done: every code cell numbered, or an error stopped the run; kernel idle
+    # Done: every code cell numbered, or an error stopped the run (no cell left queued); the kernel idle.
+    # JupyterLab shows a traceback as stderr (application/vnd.jupyter.stderr), not under the error's own type.
+    page.wait_for_function(
         """(cells) => {
             const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(p => p.textContent);
             const numbered = prompts.filter(p => /^\\[\\d+\\]:$/.test(p.trim())).length;
-            const failed = document.querySelector("[data-mime-type='application/vnd.jupyter.error']") !== null;
+            const queued = prompts.some(p => p.trim() === '[*]:');
+            const failed = document.querySelector("[data-mime-type='application/vnd.jupyter.error'], "
+                                                  + "[data-mime-type='application/vnd.jupyter.stderr']") !== null;
             const idle = document.querySelector('.jp-Notebook-ExecutionIndicator').dataset.status === 'idle';
-            return (numbered === cells || failed) && idle;
+            return (numbered === cells || (failed && !queued)) && idle;
         }""", arg=code_cells, timeout=RUN_LIMIT * 1000)
 
 
@@ -334,6 +338,8 @@ BROKEN = {
          "outputs": [{"output_type": "stream", "name": "stdout", "text": ["41\n"]}]},  # a stale stored output
         {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
          "source": ["raise ValueError('a broken cell')"]},
+        {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+         "source": ["print('Run All stops before this cell')"]},
     ],
     "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
     "nbformat": 4, "nbformat_minor": 5,
@@ -351,6 +357,7 @@ def test_the_check_catches_an_error_a_stale_output_and_an_explorer_that_does_not
     assert any("ValueError: a broken cell" in p for p in problems), problems
     assert any("cell 1, stdout: stored ['41\\n']" in p and "gave ['42\\n']" in p for p in problems), problems
     assert any("redrew after inf s" in p for p in problems), problems
+    assert not any("did not finish" in p for p in problems), problems  # the error ended the wait, not the limit
     (SCREENSHOTS / "99_broken_on_purpose.png").unlink(missing_ok=True)
 
 
