@@ -11,10 +11,10 @@ as pictures that grow with the text; one mathtext cannot draw stays as its TeX, 
 heading is cut into screens for a 4:3 projector (the heading repeated, marked "continued") between its parts,
 a stretch of prose or a cell with its outputs; a part taller than the screen scrolls. A stretch of prose shares
 a screen with the code cell right after it where the two fit: the screen shows the prose up to its first
-paragraph (and the lists, formulas and tables right after it), the claim, and the rest becomes the screen's
-speaker notes (28 of the course's 560 screens: most cells that long prose leads to are themselves about a
-screen tall, and their prose keeps a screen of its own). The text grows with the browser's zoom (Ctrl-+) as
-well as with the screen.
+paragraph (the claim, with the lists, formulas and tables right after it), the code and its outputs, and the
+rest of the prose becomes the screen's speaker notes (28 of the course's 566 screens: most cells that long
+prose leads to are themselves about a screen tall, and their prose keeps a screen of its own). The text grows
+with the browser's zoom (Ctrl-+) as well as with the screen.
 
 In the browser: Right, Space, PageDown or a click move on (Space and PageDown first scroll a long slide
 to its end); Left, PageUp or a click near the left edge move back; Home and End; ``#5`` in the address
@@ -405,7 +405,8 @@ def _units(parts: list[Part]) -> list[list[str]]:
     after it, where the two fit a screen, the prose cut into what the screen shows and its speaker notes
     (``_with_notes``), so that the claim, the code and its outputs are on one screen and the explanation is in
     the notes; any other part alone (a stretch of prose whole). Joined also where the cell alone is taller than
-    a screen, 20 more screens had notes, but 8 more scrolled: a screen that fits matters more."""
+    a screen, 60 screens had notes instead of 28, but 88 scrolled instead of 60 (measured before every lesson
+    gained its hand-in cell): a screen that fits matters more."""
     units: list[list[str]] = []
     for i, part in enumerate(parts):
         prose_before = i > 0 and isinstance(parts[i - 1], tuple)

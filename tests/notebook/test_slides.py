@@ -307,8 +307,9 @@ def test_the_deck_moves_with_the_keys_in_chromium_fetches_nothing_and_prints_a_p
 @pytest.mark.skipif(CHROMIUM is None, reason="no Chromium: install it (Debian: apt-get install chromium) or set "
                                               "DPEDU_CHROMIUM to a Chromium binary")
 def test_on_a_4_3_projector_only_a_single_part_taller_than_the_screen_scrolls(decks, tmp_path):
-    """A slide whose parts (prose, a cell with its outputs) are together taller than a screen is cut into
-    screens; one part alone may be taller, and scrolls (the counts are printed with -s)."""
+    """A slide whose units (prose, a cell with its outputs, or prose with the cell it leads to, joined only
+    where they fit a screen by the estimate) are together taller than a screen is cut into screens; one unit
+    alone may be taller, and scrolls (the counts are printed with -s)."""
     sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (requirements-test.txt)")
     measure = """() => Array.from(document.querySelectorAll('.slide')).map((s, i) => {
         const shown = s.classList.contains('current'); s.classList.add('current');
