@@ -187,18 +187,16 @@ def run_all(page, url: str, token: str, name: str, cells: int, code_cells: int) 
             break
         except playwright.TimeoutError:
             page.keyboard.press("Escape")  # close the menu if it is still open, and try again
-    # Done: every code cell numbered, or an error stopped the run (no cell left queued); the kernel idle.
-    # JupyterLab shows a traceback as stderr (application/vnd.jupyter.stderr), not under the error's own type.
+    # Done: every code cell numbered, or a failure (FAILURE_OUTPUTS) stopped the run, no cell left queued; kernel idle.
     page.wait_for_function(
-        """(cells) => {
+        """([cells, failures]) => {
             const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(p => p.textContent);
             const numbered = prompts.filter(p => /^\\[\\d+\\]:$/.test(p.trim())).length;
             const queued = prompts.some(p => p.trim() === '[*]:');
-            const failed = document.querySelector("[data-mime-type='application/vnd.jupyter.error'], "
-                                                  + "[data-mime-type='application/vnd.jupyter.stderr']") !== null;
+            const failed = document.querySelector(failures) !== null;
             const idle = document.querySelector('.jp-Notebook-ExecutionIndicator').dataset.status === 'idle';
             return (numbered === cells || (failed && !queued)) && idle;
-        }""", arg=code_cells, timeout=RUN_LIMIT * 1000)
+        }""", arg=[code_cells, ", ".join(FAILURE_OUTPUTS.values())], timeout=RUN_LIMIT * 1000)
 
 
 def _wait_for_connected_kernel(url: str, token: str, name: str, seconds: float = 90.0) -> None:
@@ -213,6 +211,12 @@ def _wait_for_connected_kernel(url: str, token: str, name: str, seconds: float =
     raise playwright.TimeoutError(f"the kernel of {name} did not start within {seconds:g} s")
 
 
+# The outputs that fail a lesson, by what the learner sees: an error's traceback (JupyterLab renders one under the
+# stderr type, not the error's own) or anything written to stderr.
+FAILURE_OUTPUTS = {"error": "[data-mime-type='application/vnd.jupyter.error']",
+                   "stderr": "[data-mime-type='application/vnd.jupyter.stderr']"}
+
+
 def shortened(text: str, head: int = 500, tail: int = 700) -> str:
     """A long traceback's start (which cell, which line) and its end (the exception's message)."""
     return text if len(text) <= head + tail else f"{text[:head]}\n[...]\n{text[-tail:]}"
@@ -220,10 +224,8 @@ def shortened(text: str, head: int = 500, tail: int = 700) -> str:
 
 def problems_on_page(page, explorers: int) -> list[str]:
     """Errors, stderr and widgets that failed to render, as the learner would see them."""
-    found = [f"error: {shortened(e.inner_text())}" for e in
-             page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.error']").all()]
-    found += [f"stderr: {shortened(e.inner_text())}" for e in
-              page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").all()]
+    found = [f"{kind}: {shortened(e.inner_text())}" for kind, selector in FAILURE_OUTPUTS.items()
+             for e in page.locator(f".jp-OutputArea-output{selector}").all()]
     if page.get_by_text("Error displaying widget").count():
         found.append("a widget failed to render")
     if (sliders := page.locator(".widget-slider").count()) < explorers:

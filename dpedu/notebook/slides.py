@@ -51,6 +51,7 @@ MATH_POINTS = 10  # the size formulas are drawn at, which one em of the slide's 
 SCREEN_LINES = 25  # about the lines of the slide's text under a heading at 1024 x 768 (calibrated in Chromium)
 PROSE_CHARACTERS = 89  # characters of prose in one of those lines
 CODE_LINE = 0.78  # a line of code, in those lines
+CELL = '<div class="cell">'  # how a code cell with its outputs starts on a slide
 FIGURE_LINES = 14  # a stored figure, scaled to the slide's width
 # What a browser could fetch or run from a stored HTML output: such an output is shown as its text instead.
 UNSAFE_HTML = re.compile(r"<\s*(script|link|iframe|object|embed)\b|\bsrc\s*=\s*[\"']?\s*(https?:)?//"
@@ -337,7 +338,7 @@ def _code_cell(cell: dict) -> str:
     code = "\n".join(line for line in source(cell).splitlines() if not NBVAL_MARKER.match(line)).strip("\n")
     shown = f"<div class=\"input\">{_highlighted(code)}</div>" if code.strip() else ""
     outputs = "".join(f"<div class=\"output\">{_output(output)}</div>" for output in cell.get("outputs", []))
-    return f"<div class=\"cell\">{shown}{outputs}</div>" if shown or outputs else ""
+    return f"{CELL}{shown}{outputs}</div>" if shown or outputs else ""
 
 
 def _title(cells: list[dict], notebook: Path) -> str:
@@ -397,7 +398,7 @@ Part = str | tuple[str, str]  # a slide's part: HTML, or a stretch of prose: (it
 
 
 def _is_code(part: Part) -> bool:
-    return isinstance(part, str) and part.startswith("<div class=\"cell\">")
+    return isinstance(part, str) and part.startswith(CELL)
 
 
 def _units(parts: list[Part]) -> list[list[str]]:
