@@ -4,15 +4,22 @@ Each check computes the right answer itself (by formula or by running the experi
 prints whether the learner's answer agrees or what to look at, and returns True or False.
 ``answers`` holds a model answer or a rubric for every exercise, printed only on request:
 ``from dpedu.exercises.answers import answer; answer(3, 2)``. ``results()``, in a lesson's last cell, prints
-every check this kernel has run with its last verdict, for a learner to hand in or a teacher to collect.
+every question a check was asked in this kernel (its arguments but the answer) with its last verdict, for a
+learner to hand in or a teacher to collect.
 """
 
 
+import inspect
 import math
 import sys
 
-# Each check run in this process (module.function) -> its verdicts, in order: read by results().
+# Each check run in this process, with the question it was asked ("module.function(argument=value, ...)") -> its
+# verdicts, in order: read by results().
 _verdicts: dict[str, list[bool]] = {}
+# The parameters through which a learner gives an answer; a check's other parameters, where not left at their
+# defaults, are its question: one check asked two questions (with and without drop_last) is listed twice.
+ANSWER_PARAMETERS = frozenset({"answer", "prediction", "formula", "fn", "my_function", "mini", "torch_ddp",
+                               "tensor_parallel", "pipeline_parallel", "zero_stage"})
 
 
 def verdict(ok: bool, hint: str) -> bool:
@@ -22,26 +29,40 @@ def verdict(ok: bool, hint: str) -> bool:
 
 
 def _calling_check() -> str:
-    """The exercise check that asked for this verdict: the outermost caller in a lessonNN module (the check
-    the learner called, not a helper of it)."""
+    """The exercise check that asked for this verdict, with its question: the outermost caller in a lessonNN module
+    (the check the learner called, not a helper of it)."""
     check, frame = "another check", sys._getframe(2)
     while frame is not None:
         module = frame.f_globals.get("__name__", "")
         if module.startswith(f"{__name__}.lesson"):
-            check = f"{module.removeprefix(__name__ + '.')}.{frame.f_code.co_name}"
+            function = frame.f_globals.get(frame.f_code.co_name)
+            question = _question(function, frame.f_locals) if callable(function) else ""
+            check = f"{module.removeprefix(__name__ + '.')}.{frame.f_code.co_name}({question})"
         frame = frame.f_back
     return check
 
 
+def _question(check, arguments: dict) -> str:
+    """``check``'s arguments other than the answer, where not left at their defaults: "world_size=4, ..."."""
+    parameters = inspect.signature(check).parameters.items()
+    return ", ".join(f"{name}={arguments[name]!r}" for name, parameter in parameters
+                     if name not in ANSWER_PARAMETERS and name in arguments
+                     and repr(arguments[name]) != repr(parameter.default))
+
+
 def results() -> dict[str, bool]:
-    """Print every check run in this kernel, in the order first run: its last verdict and how many tries.
-    Returns {check: last verdict}."""
+    """Print every check run in this kernel, with the question asked, in the order first run: its last verdict and
+    how many tries. Returns {check(question): last verdict}."""
     if not _verdicts:
         print("No exercise check has run in this kernel yet.")
     for check, verdicts in _verdicts.items():
         tries = f"{len(verdicts)} tries" if len(verdicts) > 1 else "1 try"
-        print(f"{'correct' if verdicts[-1] else 'not yet':8} {check} ({tries})")
+        print(f"{'correct' if verdicts[-1] else 'not yet':8} {_shortened(check)} ({tries})")
     return {check: verdicts[-1] for check, verdicts in _verdicts.items()}
+
+
+def _shortened(check: str, width: int = 100) -> str:
+    return check if len(check) <= width else f"{check[:width - 2]}…)"
 
 
 def close(answer: object, truth: float, rel: float) -> bool:
