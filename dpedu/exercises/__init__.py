@@ -5,64 +5,97 @@ prints whether the learner's answer agrees or what to look at, and returns True 
 ``answers`` holds a model answer or a rubric for every exercise, printed only on request:
 ``from dpedu.exercises.answers import answer; answer(3, 2)``. ``results()``, in a lesson's last cell, prints
 every question a check was asked in this kernel (its arguments but the answer) with its last verdict, for a
-learner to hand in or a teacher to collect.
+learner to hand in or a teacher to collect; checks run inside ``with not_recorded():`` (a lesson's own
+demonstrations) are left out of it.
 """
 
 
+import contextlib
 import inspect
 import math
+import reprlib
 import sys
+from collections.abc import Iterator
 
-# Each check run in this process, with the question it was asked ("module.function(argument=value, ...)") -> its
-# verdicts, in order: read by results().
+# Each question a check was asked in this process ("module.function(argument=value, ...)") -> its verdicts, in
+# order, and the question as results() prints it (each value shortened): read by results().
 _verdicts: dict[str, list[bool]] = {}
+_printed: dict[str, str] = {}
+_recording = True  # False inside not_recorded()
 # The parameters through which a learner gives an answer; a check's other parameters, where not left at their
 # defaults, are its question: one check asked two questions (with and without drop_last) is listed twice.
 ANSWER_PARAMETERS = frozenset({"answer", "prediction", "formula", "fn", "my_function", "mini", "torch_ddp",
                                "tensor_parallel", "pipeline_parallel", "zero_stage"})
+_SHORT = reprlib.Repr()
+_SHORT.maxlist = _SHORT.maxtuple = 4
+_SHORT.maxstring = _SHORT.maxother = 30
 
 
 def verdict(ok: bool, hint: str) -> bool:
     print("Correct." if ok else f"Not yet: {hint}")
-    _verdicts.setdefault(_calling_check(), []).append(ok)
+    if _recording:
+        check, arguments = _calling_check()
+        question = f"{check}({', '.join(f'{name}={value!r}' for name, value in arguments)})"
+        _verdicts.setdefault(question, []).append(ok)
+        _printed[question] = f"{check}({', '.join(f'{name}={_SHORT.repr(value)}' for name, value in arguments)})"
     return ok
 
 
-def _calling_check() -> str:
-    """The exercise check that asked for this verdict, with its question: the outermost caller in a lessonNN module
+@contextlib.contextmanager
+def not_recorded() -> Iterator[None]:
+    """Checks run inside say what they say but are left out of ``results()``: a lesson's own demonstrations of its
+    checks, so that a learner's hand-in lists only the learner's answers."""
+    global _recording
+    before, _recording = _recording, False
+    try:
+        yield
+    finally:
+        _recording = before
+
+
+def _calling_check() -> tuple[str, list[tuple[str, object]]]:
+    """The exercise check that asked for this verdict and its question: the outermost caller in a lessonNN module
     (the check the learner called, not a helper of it)."""
-    check, frame = "another check", sys._getframe(2)
+    check, arguments, frame = "another check", [], sys._getframe(2)
     while frame is not None:
         module = frame.f_globals.get("__name__", "")
         if module.startswith(f"{__name__}.lesson"):
             function = frame.f_globals.get(frame.f_code.co_name)
-            question = _question(function, frame.f_locals) if callable(function) else ""
-            check = f"{module.removeprefix(__name__ + '.')}.{frame.f_code.co_name}({question})"
+            arguments = _question(function, frame.f_locals) if callable(function) else []
+            check = f"{module.removeprefix(__name__ + '.')}.{frame.f_code.co_name}"
         frame = frame.f_back
-    return check
+    return check, arguments
 
 
-def _question(check, arguments: dict) -> str:
-    """``check``'s arguments other than the answer, where not left at their defaults: "world_size=4, ..."."""
+def _question(check, arguments: dict) -> list[tuple[str, object]]:
+    """``check``'s arguments other than the answer, where not left at their defaults, as (name, plain value)."""
     parameters = inspect.signature(check).parameters.items()
-    return ", ".join(f"{name}={arguments[name]!r}" for name, parameter in parameters
-                     if name not in ANSWER_PARAMETERS and name in arguments
-                     and repr(arguments[name]) != repr(parameter.default))
+    return [(name, _plain(arguments[name])) for name, parameter in parameters
+            if name not in ANSWER_PARAMETERS and name in arguments
+            and _plain(arguments[name]) != _plain(parameter.default)]
+
+
+def _plain(value: object) -> object:
+    """A value as a question names it: 4.0 as 4, 13e9 as 13_000_000_000, a tuple as a list, NumPy's numbers as
+    Python's, so that one question written two ways is one question."""
+    if callable(getattr(value, "item", None)) and getattr(value, "ndim", None) == 0:
+        value = value.item()
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value
 
 
 def results() -> dict[str, bool]:
-    """Print every check run in this kernel, with the question asked, in the order first run: its last verdict and
-    how many tries. Returns {check(question): last verdict}."""
+    """Print every question a check was asked in this kernel (outside ``not_recorded()``), in the order first asked:
+    its last verdict and how many tries. Returns {check(question): last verdict}."""
     if not _verdicts:
         print("No exercise check has run in this kernel yet.")
-    for check, verdicts in _verdicts.items():
+    for question, verdicts in _verdicts.items():
         tries = f"{len(verdicts)} tries" if len(verdicts) > 1 else "1 try"
-        print(f"{'correct' if verdicts[-1] else 'not yet':8} {_shortened(check)} ({tries})")
-    return {check: verdicts[-1] for check, verdicts in _verdicts.items()}
-
-
-def _shortened(check: str, width: int = 100) -> str:
-    return check if len(check) <= width else f"{check[:width - 2]}…)"
+        print(f"{'correct' if verdicts[-1] else 'not yet':8} {_printed[question]} ({tries})")
+    return {question: verdicts[-1] for question, verdicts in _verdicts.items()}
 
 
 def close(answer: object, truth: float, rel: float) -> bool:

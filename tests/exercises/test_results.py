@@ -1,19 +1,21 @@
-"""exercises.results: every check run in the kernel, with the question asked, its last verdict and its tries, for a
-last cell."""
+"""exercises.results: every question a check was asked in the kernel, with its last verdict and its tries, for a
+last cell; a lesson's own demonstrations (not_recorded) left out."""
 
 import importlib
 import inspect
 import pkgutil
 
+import numpy as np
 import pytest
 
 from dpedu import exercises
-from dpedu.exercises import lesson03, lesson04, lesson13, results
+from dpedu.exercises import lesson03, lesson04, lesson05, lesson06, lesson13, not_recorded, results
 
 
 @pytest.fixture(autouse=True)
 def no_checks_run_yet(monkeypatch):
     monkeypatch.setattr(exercises, "_verdicts", {})
+    monkeypatch.setattr(exercises, "_printed", {})
 
 
 def test_each_question_is_listed_once_in_the_order_first_run_with_its_last_verdict_and_tries(capsys):
@@ -49,10 +51,52 @@ def checks():
                         and inspect.signature(function).return_annotation in (bool, "bool"))
 
 
+# The answer parameters of the checks that do not take theirs as ``answer``.
+ANSWERS = {"lesson00.sum_formula": {"formula"}, "lesson00.predict": {"prediction"},
+           "lesson04.all_reduce_from_messages": {"fn"}, "lesson04.all_gather_from_messages": {"fn"},
+           "lesson05.buckets_per_step": {"mini", "torch_ddp"}, "lesson09.rank_and_size": {"my_function"},
+           "lesson12.layout_without_zero3": {"tensor_parallel", "pipeline_parallel", "zero_stage"}}
+
+
 @pytest.mark.parametrize("check", list(checks()), ids=lambda check: f"{check.__module__[-8:]}.{check.__name__}")
-def test_every_check_takes_its_answer_through_a_parameter_results_leaves_out_of_the_question(check):
-    # otherwise every answer tried would be listed as a question of its own, each with one try
-    assert set(inspect.signature(check).parameters) & exercises.ANSWER_PARAMETERS
+def test_results_leaves_out_of_each_checks_question_exactly_its_answer_parameters(check):
+    # an answer left in would list every answer tried as a question of its own, each with one try; a question
+    # parameter taken for an answer would merge two questions into one
+    name = f"{check.__module__.rsplit('.', 1)[1]}.{check.__name__}"
+    assert set(inspect.signature(check).parameters) & exercises.ANSWER_PARAMETERS == ANSWERS.get(name, {"answer"})
+
+
+def test_one_question_written_two_ways_is_one_question():
+    lesson06.largest_lr(3, 4.0, 0.1)
+    lesson06.largest_lr(3, 4, 0.2)
+    lesson06.largest_lr(3, np.float64(4.0), 0.3)
+    lesson05.buckets_per_step((2**20, 2**20), 5, 1, 1)
+    lesson05.buckets_per_step([2**20, 2**20], 5.0, 1, 1)
+    assert list(results()) == ["lesson06.largest_lr(staleness=3, curvature=4)",
+                               "lesson05.buckets_per_step(sizes=[1048576, 1048576], cap_mb=5)"]
+
+
+def test_a_long_argument_is_shortened_in_print_and_the_arguments_after_it_stay(capsys):
+    lesson05.buckets_per_step([2**20] * 40, 5, 1, 1)
+    lesson05.buckets_per_step([2**20] * 40, 25, 1, 1)
+    capsys.readouterr()
+    assert len(results()) == 2
+    assert [line.split("(", 1)[1] for line in capsys.readouterr().out.splitlines()] == [
+        "sizes=[1048576, 1048576, 1048576, 1048576, ...], cap_mb=5) (1 try)",
+        "sizes=[1048576, 1048576, 1048576, 1048576, ...], cap_mb=25) (1 try)"]
+
+
+def test_checks_run_not_recorded_say_what_they_say_and_are_left_out_even_after_an_exception(capsys):
+    with not_recorded():
+        assert not lesson03.samples_per_rank(10, 4, True, 10)
+        assert not lesson03.samples_per_rank(10, 4, False, 10)
+    with pytest.raises(TypeError), not_recorded():
+        lesson03.samples_per_rank(10, 4, "no", 3)
+    assert "Not yet" in capsys.readouterr().out
+    assert lesson03.samples_per_rank(10, 4, False, 3)
+    capsys.readouterr()
+    assert results() == {"lesson03.samples_per_rank(dataset_size=10, world_size=4, drop_last=False)": True}
+    assert capsys.readouterr().out.endswith("(1 try)\n")
 
 
 def test_a_check_through_a_helper_is_named_by_the_check_the_learner_called():
