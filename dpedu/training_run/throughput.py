@@ -136,11 +136,21 @@ def controlled_steps(compute_seconds: Sequence[float], elements: int, *, steps: 
 # Lesson 13's checks of these measurements. Each says what it asserts and why that bound; tests/claims feeds
 # each a broken measurement and requires it to fail.
 
-def oversubscription_slows(fitting_seconds: float, oversubscribed_seconds: float, *, at_least: float) -> bool:
-    """Did the oversubscribed ranks take at least ``at_least`` times the fitting ranks' time for the same work?
-    Lesson 13 asserts 0.9 on any machine (oversubscribing never made it faster: the median of three runs
-    measured 1.8x to 5x on 2 idle cores, more with one core taken) and 1.3 where two cores were free."""
-    return oversubscribed_seconds >= at_least * fitting_seconds
+def round_ratio(fitting_seconds: Sequence[float], oversubscribed_seconds: Sequence[float]) -> float:
+    """The median, over rounds, of each round's oversubscribed time over its fitting time. The two runs of a
+    round follow each other within a fraction of a second, so a slow spell between the gate's readings (another
+    program, or a cloud host slowing its CPUs unseen) slows both of a round alike, or moves the ratio of the one
+    or two rounds it begins or ends in: not their median."""
+    if len(fitting_seconds) != len(oversubscribed_seconds) or not fitting_seconds:
+        raise ValueError("fitting_seconds and oversubscribed_seconds must hold one time per round, as many of each")
+    return statistics.median(over / fit for fit, over in zip(fitting_seconds, oversubscribed_seconds, strict=True))
+
+
+def oversubscription_slows(time_ratio: float, *, at_least: float) -> bool:
+    """Did the oversubscribed ranks take at least ``at_least`` times the fitting ranks' time for the same work
+    (``time_ratio``, from ``round_ratio``)? Lesson 13 asserts 0.9 on any machine (oversubscribing never made it
+    faster: 1.8x to 5x measured on 2 idle cores, more with one core taken) and 1.3 where two cores were free."""
+    return time_ratio >= at_least
 
 
 def within_the_cores(efficiency: float, ranks: int, usable: int, *, noise: float = 1.2) -> bool:
