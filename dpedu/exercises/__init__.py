@@ -35,9 +35,9 @@ def verdict(ok: bool, hint: str) -> bool:
     print("Correct." if ok else f"Not yet: {hint}")
     if _recording:
         check, arguments = _calling_check()
-        question = f"{check}({', '.join(f'{name}={value!r}' for name, value in arguments)})"
+        question = _written(check, arguments, repr)
         _verdicts.setdefault(question, []).append(ok)
-        _printed[question] = f"{check}({', '.join(f'{name}={_SHORT.repr(value)}' for name, value in arguments)})"
+        _printed[question] = _written(check, arguments, _SHORT.repr)
     return ok
 
 
@@ -56,23 +56,30 @@ def not_recorded() -> Iterator[None]:
 def _calling_check() -> tuple[str, list[tuple[str, object]]]:
     """The exercise check that asked for this verdict and its question: the outermost caller in a lessonNN module
     (the check the learner called, not a helper of it)."""
-    check, arguments, frame = "another check", [], sys._getframe(2)
+    outermost, frame = None, sys._getframe(2)
     while frame is not None:
-        module = frame.f_globals.get("__name__", "")
-        if module.startswith(f"{__name__}.lesson"):
-            function = frame.f_globals.get(frame.f_code.co_name)
-            arguments = _question(function, frame.f_locals) if callable(function) else []
-            check = f"{module.removeprefix(__name__ + '.')}.{frame.f_code.co_name}"
+        if frame.f_globals.get("__name__", "").startswith(f"{__name__}.lesson"):
+            outermost = frame
         frame = frame.f_back
-    return check, arguments
+    if outermost is None:
+        return "another check", []
+    module, name = outermost.f_globals["__name__"], outermost.f_code.co_name
+    function = outermost.f_globals.get(name)
+    return (f"{module.removeprefix(__name__ + '.')}.{name}",
+            _question(function, outermost.f_locals) if callable(function) else [])
+
+
+def _written(check: str, arguments: list[tuple[str, object]], show) -> str:
+    """``check(name=value, ...)``, each value written by ``show``."""
+    return f"{check}({', '.join(f'{name}={show(value)}' for name, value in arguments)})"
 
 
 def _question(check, arguments: dict) -> list[tuple[str, object]]:
     """``check``'s arguments other than the answer, where not left at their defaults, as (name, plain value)."""
     parameters = inspect.signature(check).parameters.items()
-    return [(name, _plain(arguments[name])) for name, parameter in parameters
+    return [(name, plain) for name, parameter in parameters
             if name not in ANSWER_PARAMETERS and name in arguments
-            and _plain(arguments[name]) != _plain(parameter.default)]
+            and (plain := _plain(arguments[name])) != _plain(parameter.default)]
 
 
 def _plain(value: object) -> object:
