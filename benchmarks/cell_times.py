@@ -86,7 +86,7 @@ def main() -> None:
     parser.add_argument("--slowest", type=int, default=3, help="how many of the slowest cells to list")
     parser.add_argument("--stored", action="store_true", help="read the times stored by the last execution")
     options = parser.parse_args()
-    paths = options.notebooks or sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    paths = options.notebooks or sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
     grand_total = 0.0
     for path in paths:
         total, seconds, notebook = (stored_cell_times if options.stored else cell_times)(path)

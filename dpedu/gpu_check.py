@@ -67,7 +67,7 @@ FORKED_CUDA = "Cannot re-initialize CUDA in forked subprocess"  # torch's words 
 GPU_BRANCH = re.compile(r"\b(gpu_count|device_count|sync_batchnorm_on_this_machine)\(")
 # The GPUs each lesson's GPU cells need to all run on GPUs (1 where not named here): with fewer, those cells take
 # their CPU path, as on a laptop, and the verdict says so (tests/test_gpu_check.py keeps this in step with the cells)
-GPUS_FOR_EVERY_CELL = {"02_data_parallelism_by_hand": 2, "08_batchnorm_and_randomness": 2,
+GPUS_FOR_EVERY_CELL = {"02_data_parallelism_by_hand": 2, "08a_batchnorm_across_ranks": 2,
                        "12_splitting_the_model": 8, "13_a_real_training_run": 2, "appendix_circulating_code": 2}
 NOTEBOOK_LIMIT = 600  # seconds for one lesson under nbval (a cold start of torch on a cluster's shared disk is slow)
 LOG = "gpu-check-notebooks.log"  # pytest's full output of the notebooks step, in the current folder
@@ -254,7 +254,7 @@ def check_data_parallel() -> str:
 
 def check_sync_batchnorm() -> str:
     if (n := start_methods.gpu_count()) < 2:  # lesson 08 then runs dpedu.SyncBatchNorm on CPU ranks: no GPU path
-        raise NotCheckedHere(f"needs 2 GPUs (nn.SyncBatchNorm over nccl, lesson 08); this machine has {n}")
+        raise NotCheckedHere(f"needs 2 GPUs (nn.SyncBatchNorm over nccl, lesson 08a); this machine has {n}")
     kind, ranks = sync_batchnorm_on_this_machine([3, 5])
     reference = batchnorm_step([3, 5], "plain")
     tolerance = 1e-4 if kind == "torch" else 1e-5  # lesson 08's: GPU kernels round differently

@@ -41,7 +41,7 @@ from dpedu.runtime.failures import leftover_processes
 playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright (requirements-test.txt)")
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted([*(ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"), *(ROOT / "notebooks").glob("appendix_*.ipynb")])
+NOTEBOOKS = sorted([*(ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"), *(ROOT / "notebooks").glob("appendix_*.ipynb")])
 SCREENSHOTS = ROOT / ".browser-failures"
 CHROMIUM = os.environ.get("DPEDU_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 # Seconds for "Run All" of one notebook on 2 cores: a hang detector, not the time budget (benchmarks/cell_times.py
@@ -366,7 +366,7 @@ def test_the_check_catches_an_error_a_stale_output_and_an_explorer_that_does_not
 def test_the_handout_opens_with_every_lesson_fetches_nothing_and_prints_each_lesson_on_new_pages(browser, tmp_path):
     out = tmp_path / "handout.html"
     handout.main([str(out)])
-    lessons = len(list((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")))
+    lessons = len(list((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb")))
     page = browser.new_page()
     try:
         requested: list[str] = []

@@ -356,6 +356,7 @@ def test_update_day_keeps_the_learners_runs_and_brings_the_new_lessons(bash, ven
         shutil.copy2(ROOT / name, upstream / name)
     (upstream / "notebooks" / "00_welcome.ipynb").write_text(notebook("welcome"))
     (upstream / "notebooks" / "03_ddp.ipynb").write_text(notebook("DDP"))
+    (upstream / "notebooks" / "05_inside.ipynb").write_text(notebook("inside DDP"))
     subprocess.run([*git, "init", "-q", "-b", "main", str(upstream)], check=True)
     subprocess.run([*git, "-C", str(upstream), "add", "."], check=True)
     subprocess.run([*git, "-C", str(upstream), "commit", "-q", "-m", "the course"], check=True)
@@ -375,14 +376,20 @@ def test_update_day_keeps_the_learners_runs_and_brings_the_new_lessons(bash, ven
     (upstream / "notebooks" / "00_welcome.ipynb").write_text(notebook("welcome", "# The course's helper, 0.3.0"))
     (upstream / "notebooks" / "03_ddp.ipynb").write_text(notebook("DDP, corrected"))
     (upstream / "notebooks" / "04_collectives.ipynb").write_text(notebook("collectives"))
-    subprocess.run([*git, "-C", str(upstream), "add", "."], check=True)
+    (upstream / "notebooks" / "05_inside.ipynb").unlink()  # a lesson too long for one sitting, split in two
+    (upstream / "notebooks" / "05a_buckets.ipynb").write_text(notebook("buckets"))
+    (upstream / "notebooks" / "05b_hooks.ipynb").write_text(notebook("hooks"))
+    subprocess.run([*git, "-C", str(upstream), "add", "-A"], check=True)
     subprocess.run([*git, "-C", str(upstream), "commit", "-q", "-m", "update day"], check=True)
     pulled = subprocess.run([*git, "-C", str(clone), "pull", "-q"], capture_output=True, text=True)
     assert pulled.returncode == 0, pulled.stderr
 
     after = course_here("lab")
     assert after.returncode == 0, after.stderr
-    assert "New lessons copied into my-notebooks/: 04" in after.stderr
+    assert "New lessons copied into my-notebooks/: 04 05a 05b" in after.stderr
+    assert "No longer in the course: 05. CHANGELOG.md (\"Lesson numbers\") says where each went; your copy stays in " \
+           "my-notebooks/." in after.stderr
+    assert (mine / "05_inside.ipynb").read_text() == notebook("inside DDP")  # the learner's, wherever it went
     assert "Changed in the course since you copied them: 03. ./course reset NN" in after.stderr  # 00's first cell
     for path in [*mine.glob("*.ipynb"), *(clone / "notebooks").glob("*.ipynb")]:
         json.loads(path.read_text())  # every notebook opens
@@ -395,7 +402,10 @@ def test_update_day_keeps_the_learners_runs_and_brings_the_new_lessons(bash, ven
     kept = sorted(path.read_text() for path in (mine / "old").glob("03_ddp.*.ipynb"))
     assert kept == sorted([notebook("DDP, run by the learner"), notebook("DDP, corrected")])
     assert "Changed in the course" not in course_here("copy").stderr
-    assert course_here("reset", "7").returncode == 2 and "the lessons are 00 03 04" in course_here("reset", "7").stderr
+    unknown = course_here("reset", "7")
+    assert unknown.returncode == 2 and "the lessons are 00 03 04 05a 05b" in unknown.stderr
+    assert course_here("reset", "5b").returncode == 0  # a sitting by its short name, as 3 is 03
+    assert (mine / "05b_hooks.ipynb").read_text() == notebook("hooks")
     status = subprocess.run(["git", "-C", str(clone), "status", "--porcelain"], capture_output=True, text=True)
     assert status.stdout == ""  # the runs are invisible to git: the next pull cannot conflict with them
 

@@ -198,7 +198,7 @@ def test_sync_batchnorm_on_fewer_than_2_gpus_is_not_checked_rather_than_passed_o
     fake_gpus(1)
     outcomes = gpu_check.run_checks([("first", lambda: "fine"), ("sync-batchnorm", gpu_check.check_sync_batchnorm)])
     assert outcomes["sync-batchnorm"] == (None, "not checked here: needs 2 GPUs (nn.SyncBatchNorm over nccl, "
-                                                "lesson 08); this machine has 1")
+                                                "lesson 08a); this machine has 1")
     assert capsys.readouterr().out.splitlines()[1].startswith("SKIP  sync-batchnorm         not checked here")
     gpu_check.record(outcomes, tmp_path / "recorded.json", gpu="NVIDIA T4")
     assert not (tmp_path / "recorded.json").exists() or "sync-batchnorm" not in (tmp_path / "recorded.json").read_text()
@@ -357,7 +357,7 @@ def test_the_gpu_notebooks_are_found_from_their_cells(tmp_path):
     assert [p.name for p in gpu_check.gpu_notebooks(tmp_path)] == ["a.ipynb", "b.ipynb"]
     assert [p.stem for p in gpu_check.gpu_notebooks()] == [
         "00_welcome", "01_gd_sgd_minibatch", "02_data_parallelism_by_hand", "03_ddp_from_a_notebook",
-        "08_batchnorm_and_randomness", "11_sharding_and_memory", "12_splitting_the_model", "13_a_real_training_run",
+        "08a_batchnorm_across_ranks", "11_sharding_and_memory", "12_splitting_the_model", "13_a_real_training_run",
         "14_your_loop_in_accelerate",
         "appendix_circulating_code"]
 

@@ -1,13 +1,15 @@
 """Model answers and rubrics for the exercises at the end of lessons 00 to 14, printed only on request.
 
 ``answer(lesson)`` lists a lesson's exercises and the kind of answer each has; ``answer(lesson, n)`` prints
-exercise n's. The kinds: a **computed value** (a number or a formula that the lesson's checker accepts),
-**code** (a function of this module, printed from its source, that the checker accepts) and a **rubric**
-(what a good answer to an open question must contain, with the numbers the learner should find); some have
-a value and a rubric. The texts live here, not in the notebooks, so that nobody meets an answer by accident:
-no lesson imports this module; learners and teachers call it. ``tests/exercises/test_answers.py`` feeds
-every value in ``VALUES`` and every code answer to its lesson's checker. Figures introduced as "measured"
-were measured on a 2-core CPU by running what the exercise asks; timings differ from machine to machine.
+exercise n's. A lesson studied in two sittings numbers its exercises on from the first to the second:
+lesson 08's 1 to 4 are 08a's, its 5 is 08b's. The kinds: a **computed value** (a number or a formula that
+the lesson's checker accepts), **code** (a function of this module, printed from its source, that the checker
+accepts) and a **rubric** (what a good answer to an open question must contain, with the numbers the learner
+should find); some have a value and a rubric. The texts live here, not in the notebooks, so that nobody meets
+an answer by accident: no lesson imports this module; learners and teachers call it.
+``tests/exercises/test_answers.py`` feeds every value in ``VALUES`` and every code answer to its lesson's
+checker. Figures introduced as "measured" were measured on a 2-core CPU by running what the exercise asks;
+timings differ from machine to machine.
 """
 
 from __future__ import annotations
@@ -46,8 +48,8 @@ VALUES: dict[tuple[int, int], object] = {
     (7, 2): 500,
     (7, 3): 0.0306,
     (8, 1): 6,
-    (8, 2): {"sampler": True, "dropout": False},
-    (8, 3): 20,
+    (8, 2): 20,
+    (8, 5): {"sampler": True, "dropout": False},
     (9, 1): 19,
     (9, 3): 4.13,
     (9, 4): 1.0 / (2 * 7 / 8 * 4 / 1.25e9),
@@ -142,7 +144,7 @@ def my_rank_and_size(environ: dict[str, str]) -> tuple[int, int]:
 
 
 class GhostBatchNorm2d(nn.BatchNorm2d):
-    """Lesson 08, exercise 4: BatchNorm that normalises each of ``chunks`` parts of the batch on its own.
+    """Lesson 08, exercise 3 (in 08a): BatchNorm that normalises each of ``chunks`` parts of the batch on its own.
 
     ``interleaved=True`` takes examples i, i + chunks, i + 2·chunks, ... as chunk i: what rank i of
     ``chunks`` ranks holds of a global batch dealt out by ``DistributedSampler``.
@@ -160,7 +162,7 @@ class GhostBatchNorm2d(nn.BatchNorm2d):
 
 
 CODE = {(0, 1): sum_of_rank_plus_one, (2, 1): ring_bytes, (4, 1): tree_all_reduce, (4, 2): ring_all_gather,
-        (4, 4): ring_seconds, (8, 4): GhostBatchNorm2d, (9, 2): my_rank_and_size}
+        (4, 4): ring_seconds, (8, 3): GhostBatchNorm2d, (9, 2): my_rank_and_size}
 
 
 VALUE, CODE_KIND, RUBRIC = "computed value", "code", "rubric"
@@ -355,14 +357,10 @@ breaks: lr 8 is past the curvature limit (part 1), so bigger batches still need 
 backward (the two gradient sums, packed), made because each layer's input, a linear layer's output, needs a
 gradient (a layer applied straight to the data makes none in backward); part 2 counted [17, 33, 32, 16] for its
 2 layers. Check: lesson08.allreduces_per_step(3, 6)."""),
-    (8, 2): (VALUE, """
-The sampler: yes, the same seed on every rank (True), or the shards overlap and miss examples (part 5: 1076
-of 1438 digits read, 362 twice). Dropout: no (False): with one seed every rank draws the same masks. Check:
-lesson08.must_share_seed("sampler", True) and lesson08.must_share_seed("dropout", False)."""),
-    (8, 3): (VALUE, f"""
-n counts every value of the channel over every rank: (3 + 1) samples × 5 positions = {VALUES[8, 3]}.
+    (8, 2): (VALUE, f"""
+n counts every value of the channel over every rank: (3 + 1) samples × 5 positions = {VALUES[8, 2]}.
 Check: lesson08.unbiased_count([3, 1], 5, 20)."""),
-    (8, 4): (CODE_KIND + " + rubric", """
+    (8, 3): (CODE_KIND + " + rubric", """
 GhostBatchNorm2d below, as the norm of convnet in one process × 32 for 40 steps, e.g. in your session
 equivalence.NORMS["ghost"] = lambda channels: GhostBatchNorm2d(channels, interleaved=True), then
 equivalence.train(steps=40, batch_size=32, lr=0.1, ddp=False, norm="ghost"). Measured against part 2's
@@ -374,7 +372,7 @@ per-replica curve (2 ranks × 16):
 What still differs: the running statistics (measured up to 0.029 apart). The ghost layer updates them once
 per chunk, twice per step (num_batches_tracked 80 against 40), while under DDP each rank updates its own
 once per step from its chunk and DDP copies rank 0's to every rank at each forward."""),
-    (8, 5): (RUBRIC, """
+    (8, 4): (RUBRIC, """
 Measured: part 1's sweep with 4 ranks and norm="sync": every gap below 1e-5, as with 2 ranks.
 count_and_time with 20 steps (4 ranks × 16 hold only 22 batches per epoch), two runs each: SyncBatchNorm's 4
 all-reduces per step took 5.6 to 7.5 ms on 2 ranks (44-48 % of a 12.8-15.6 ms step) and 22.9 to 26.4 ms on 4
@@ -384,6 +382,10 @@ with p (a ring makes 2(p − 1): 2 on 2 ranks, 6 on 4); on this 2-core machine 4
 every all-reduce waits for each rank to be scheduled (the per-replica step grew too, 4.1-5.7 to 17.2-18.3
 ms). With a core or GPU per rank only the latency term grows with p, but each of these all-reduces still
 sits on the critical path."""),
+    (8, 5): (VALUE, """
+The sampler: yes, the same seed on every rank (True), or the shards overlap and miss examples (lesson 08b,
+part 1: 1076 of 1438 digits read, 362 twice). Dropout: no (False): with one seed every rank draws the same
+masks. Check: lesson08.must_share_seed("sampler", True) and lesson08.must_share_seed("dropout", False)."""),
     (9, 1): (VALUE, f"""
 RANK = GROUP_RANK × LOCAL_WORLD_SIZE + LOCAL_RANK = 2 × 8 + 3 = {VALUES[9, 1]}
 (check: lesson09.global_rank(8, 2, 3, 19))."""),

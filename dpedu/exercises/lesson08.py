@@ -1,4 +1,4 @@
-"""Checks for lesson 08's exercises: each runs SyncBatchNorm, the sampler or dropout on real ranks."""
+"""Checks for lesson 08's exercises, 08a's and 08b's: each runs SyncBatchNorm, the sampler or dropout on real ranks."""
 
 from __future__ import annotations
 

@@ -17,34 +17,41 @@ NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"  # in a clone: the
 
 
 class Lesson(NamedTuple):
-    number: int
+    id: str  # what its notebook's name begins with: "03", or "08a" and "08b" for a lesson studied in two
     title: str
     part: str
 
 
 LESSONS: tuple[Lesson, ...] = (
-    Lesson(0, "Welcome and your machine", "Foundations"),
-    Lesson(1, "GD, SGD and mini-batch SGD", "Foundations"),
-    Lesson(2, "Data parallelism by hand, nn.DataParallel", "Data parallelism"),
-    Lesson(3, "Multi-process DDP from a notebook", "Data parallelism"),
-    Lesson(4, "Collectives and all-reduce from scratch", "Data parallelism"),
-    Lesson(5, "Inside DDP: buckets, overlap, hooks", "Data parallelism"),
-    Lesson(6, "Asynchronous updates, stale gradients", "Training at scale"),
-    Lesson(7, "Batch size and learning rate", "Training at scale"),
-    Lesson(8, "BatchNorm and randomness across ranks", "Training at scale"),
-    Lesson(9, "Scaling out: torchrun, MPI, Slurm", "In production"),
-    Lesson(10, "When things go wrong: failures, restarts", "In production"),
-    Lesson(11, "Sharding: ZeRO, FSDP, mixed precision", "Beyond data parallelism"),
-    Lesson(12, "Splitting the model: pipelines, tensors", "Beyond data parallelism"),
-    Lesson(13, "A real training run, end to end", "In production"),
-    Lesson(14, "Your loop in accelerate, and back", "In production"),
+    Lesson("00", "Welcome and your machine", "Foundations"),
+    Lesson("01", "GD, SGD and mini-batch SGD", "Foundations"),
+    Lesson("02", "Data parallelism by hand, nn.DataParallel", "Data parallelism"),
+    Lesson("03", "Multi-process DDP from a notebook", "Data parallelism"),
+    Lesson("04", "Collectives and all-reduce from scratch", "Data parallelism"),
+    Lesson("05", "Inside DDP: buckets, overlap, hooks", "Data parallelism"),
+    Lesson("06", "Asynchronous updates, stale gradients", "Training at scale"),
+    Lesson("07", "Batch size and learning rate", "Training at scale"),
+    Lesson("08a", "BatchNorm across ranks", "Training at scale"),
+    Lesson("08b", "Randomness across ranks, the checklist", "Training at scale"),
+    Lesson("09", "Scaling out: torchrun, MPI, Slurm", "In production"),
+    Lesson("10", "When things go wrong: failures, restarts", "In production"),
+    Lesson("11", "Sharding: ZeRO, FSDP, mixed precision", "Beyond data parallelism"),
+    Lesson("12", "Splitting the model: pipelines, tensors", "Beyond data parallelism"),
+    Lesson("13", "A real training run, end to end", "In production"),
+    Lesson("14", "Your loop in accelerate, and back", "In production"),
 )
 
 
 def course_notebooks(folder: str | Path = NOTEBOOKS) -> tuple[list[Path], list[Path]]:
-    """The lessons' notebooks in ``folder`` in order (00, 01, ...), and the appendix's."""
+    """The lessons' notebooks in ``folder`` in order (00, 01, ..., 08a, 08b, ...), and the appendix's."""
     folder = Path(folder)
-    return sorted(folder.glob("[0-9][0-9]_*.ipynb")), sorted(folder.glob("appendix_*.ipynb"))
+    return sorted(folder.glob("[0-9][0-9]*_*.ipynb")), sorted(folder.glob("appendix_*.ipynb"))
+
+
+def lesson_id(notebook: str | Path) -> str:
+    """What a notebook's name begins with, before its first "_": "03", "08a", "appendix". A lesson longer than
+    one sitting is two notebooks, "08a" and "08b", each a lesson with its own exercises."""
+    return Path(notebook).name.split("_")[0]
 
 
 PER_ROW = 8  # lessons per row of the course map
@@ -107,15 +114,15 @@ def draw_course_map(path: str | Path | None = None):
     parts = list(dict.fromkeys(lesson.part for lesson in LESSONS))
     rows = -(-len(LESSONS) // PER_ROW)
     fig, ax = plt.subplots(figsize=(2 * PER_ROW, 1.55 + 1.35 * rows))
-    for lesson in LESSONS:
-        x, y = lesson.number % PER_ROW, -(lesson.number // PER_ROW)
+    for place, lesson in enumerate(LESSONS):
+        x, y = place % PER_ROW, -(place // PER_ROW)
         color = PALETTE[parts.index(lesson.part)]
         ax.add_patch(plt.Rectangle((x * 2.1, y * 1.6), 1.9, 1.1, color=color, alpha=0.18, lw=0))
         ax.add_patch(plt.Rectangle((x * 2.1, y * 1.6), 1.9, 1.1, fill=False, edgecolor=color, lw=1.5))
-        ax.text(x * 2.1 + 0.95, y * 1.6 + 0.78, f"{lesson.number:02d}", ha="center", fontsize=13,
+        ax.text(x * 2.1 + 0.95, y * 1.6 + 0.78, lesson.id, ha="center", fontsize=13,
                 weight="bold", color=color)
         ax.text(x * 2.1 + 0.95, y * 1.6 + 0.36, _wrap(lesson.title), ha="center", va="center", fontsize=8)
-        if lesson.number % PER_ROW != PER_ROW - 1 and lesson.number != LESSONS[-1].number:
+        if place % PER_ROW != PER_ROW - 1 and place != len(LESSONS) - 1:
             ax.annotate("", (x * 2.1 + 2.08, y * 1.6 + 0.55), (x * 2.1 + 1.92, y * 1.6 + 0.55),
                         arrowprops={"arrowstyle": "->", "color": "0.4"})
     handles = [plt.Rectangle((0, 0), 1, 1, color=PALETTE[i], alpha=0.5) for i in range(len(parts))]
@@ -123,7 +130,8 @@ def draw_course_map(path: str | Path | None = None):
     ax.set_xlim(-0.1, PER_ROW * 2.1 - 0.1)
     ax.set_ylim(-1.6 * (rows - 1) - 0.15, 1.2)
     ax.set_axis_off()
-    ax.set_title(f"dpedu: {len(LESSONS)} lessons from one process to many", fontsize=13)
+    lessons = len({lesson.id[:2] for lesson in LESSONS})  # 08a and 08b are one lesson's two sittings
+    ax.set_title(f"dpedu: {lessons} lessons from one process to many", fontsize=13)
     if path is not None:
         fig.savefig(path, dpi=120, bbox_inches="tight")
     return fig

@@ -37,7 +37,7 @@ import re
 import sys
 from pathlib import Path
 
-from dpedu.notebook.course import NOTEBOOKS, course_notebooks, study_minutes
+from dpedu.notebook.course import NOTEBOOKS, course_notebooks, lesson_id, study_minutes
 from dpedu.notebook.opened_alone import FIRST_CELL, source
 
 HEADING = re.compile(r"^(#{1,3})\s+(\S.*?)\s*#*\s*$")  # a new slide: '#', '##' or '###' (not '####')
@@ -195,13 +195,16 @@ _SCRIPT = """
 
 
 def lesson_notebook(lesson: str | int | Path, notebooks: str | Path = NOTEBOOKS) -> Path:
-    """The notebook of ``lesson``: a lesson's number (3, "3" or "03"), "appendix", or a notebook's path."""
+    """The notebook of ``lesson``: a lesson's number (3, "3" or "03"; "08a" for a lesson in two sittings),
+    "appendix", or a notebook's path."""
     folder = Path(notebooks)
     text = str(lesson).strip()
     if isinstance(lesson, bool) or not text:
         raise ValueError(f"lesson must be a lesson's number, 'appendix' or a notebook's path, got {lesson!r}")
     if isinstance(lesson, int) or text.isdigit():
         pattern = f"{int(text):02d}_*.ipynb"
+    elif re.fullmatch(r"\d+[a-z]", text):
+        pattern = f"{int(text[:-1]):02d}{text[-1]}_*.ipynb"
     elif text == "appendix":
         pattern = "appendix_*.ipynb"
     else:
@@ -212,7 +215,7 @@ def lesson_notebook(lesson: str | int | Path, notebooks: str | Path = NOTEBOOKS)
         return path
     found = sorted(folder.glob(pattern))
     if len(found) != 1:
-        have = ", ".join(p.name[:2] for p in course_notebooks(folder)[0]) or "none"
+        have = ", ".join(lesson_id(p) for p in course_notebooks(folder)[0]) or "none"
         raise ValueError(f"lesson must be one of the lessons in {folder} ({have}) or 'appendix', got {lesson!r}")
     return found[0]
 
@@ -490,13 +493,9 @@ def slides_html(notebook: str | Path) -> str:
 def write_slides(lesson: str | int | Path, out: str | Path | None = None, notebooks: str | Path = NOTEBOOKS) -> Path:
     """Write the deck of ``lesson`` (see ``lesson_notebook``) to ``out`` (default: slides-NN.html); its path."""
     notebook = lesson_notebook(lesson, notebooks)
-    path = Path(out if out is not None else f"slides-{_short_name(notebook)}.html")
+    path = Path(out if out is not None else f"slides-{lesson_id(notebook)}.html")
     path.write_text(slides_html(notebook), encoding="utf-8")
     return path
-
-
-def _short_name(notebook: Path) -> str:
-    return notebook.name[:2] if notebook.name[:2].isdigit() else notebook.stem.split("_")[0]
 
 
 def write_all(folder: str | Path = "slides", notebooks: str | Path = NOTEBOOKS) -> list[Path]:
@@ -512,7 +511,7 @@ def write_all(folder: str | Path = "slides", notebooks: str | Path = NOTEBOOKS) 
     target.mkdir(parents=True, exist_ok=True)
     decks, links = [], []
     for notebook in lessons:
-        deck = target / f"slides-{_short_name(notebook)}.html"
+        deck = target / f"slides-{lesson_id(notebook)}.html"
         page = slides_html(notebook)
         deck.write_text(page, encoding="utf-8")
         decks.append(deck)

@@ -42,7 +42,7 @@ def _worst_gap(mistake):
 
 @pytest.mark.parametrize("mistake", sorted(BROKEN))
 def test_a_sync_batchnorm_that_skips_an_all_reduce_or_sums_fails_the_comparison(mistake):
-    """Backs 08 cell 16: dpedu.SyncBatchNorm on 3 ranks of 5, 1 and 2 images equals nn.BatchNorm2d on the whole
+    """Backs 08a cell 16: dpedu.SyncBatchNorm on 3 ranks of 5, 1 and 2 images equals nn.BatchNorm2d on the whole
     batch (every key within 1e-5, relative), and the same layer with its forward or backward all-reduce skipped,
     or dividing the global sums by this rank's count, fails that check."""
     assert max(_worst_gap(None).values()) < 1e-5
@@ -53,7 +53,7 @@ def test_a_sync_batchnorm_that_skips_an_all_reduce_or_sums_fails_the_comparison(
 
 
 def test_per_replica_batchnorm_on_the_whole_batch_fails_the_check_that_it_differs():
-    """Backs 08 cell 16: per-replica nn.BatchNorm2d is off by over 1e-3 (relative) on every key; on one rank that
+    """Backs 08a cell 16: per-replica nn.BatchNorm2d is off by over 1e-3 (relative) on every key; on one rank that
     holds the whole batch of 8 it is full-batch BatchNorm, and that check fails on every key."""
     reference = equivalence.batchnorm_step(BATCHES, "plain")
     ranks = launch(lambda: equivalence.batchnorm_step([sum(BATCHES)], "plain"), 1)
@@ -62,7 +62,7 @@ def test_per_replica_batchnorm_on_the_whole_batch_fails_the_check_that_it_differ
 
 @pytest.mark.parametrize("mistake", [None, "skips the forward all-reduce", "sums, not means"])
 def test_a_broken_sync_batchnorm_fails_the_gradient_gap_check(mistake):
-    """Backs 08 cell 9: on 2 ranks dpedu.SyncBatchNorm's gradient gap from one process is below 1e-5 at every
+    """Backs 08a cell 9: on 2 ranks dpedu.SyncBatchNorm's gradient gap from one process is below 1e-5 at every
     per-rank batch, and a SyncBatchNorm that skips its forward all-reduce, or sums, fails that check."""
     gaps = launch(lambda: _with(mistake, lambda: equivalence.gradient_gap([1, 8], "sync")), 2)[0]
     assert (max(gaps) < 1e-5) == (mistake is None), gaps

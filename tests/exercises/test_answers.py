@@ -40,10 +40,13 @@ def _exercise_numbers(notebook: Path) -> list[int]:
     return []
 
 
-@pytest.mark.parametrize("lesson", range(len(LESSONS)))
+NUMBERS = sorted({int(lesson.id[:2]) for lesson in LESSONS})  # 08a and 08b are lesson 08 to the answers
+
+
+@pytest.mark.parametrize("lesson", NUMBERS)
 def test_every_exercise_of_every_lesson_has_an_answer(lesson, capsys):
-    (notebook,) = NOTEBOOKS.glob(f"{lesson:02d}_*.ipynb")
-    numbers = _exercise_numbers(notebook)
+    # a lesson in two sittings numbers its exercises on from 08a to 08b
+    numbers = [n for notebook in sorted(NOTEBOOKS.glob(f"{lesson:02d}*_*.ipynb")) for n in _exercise_numbers(notebook)]
     assert numbers == list(range(1, len(numbers) + 1)) and len(numbers) >= 4
     assert sorted(n for number, n in answers.TEXTS if number == lesson) == numbers
     answers.answer(lesson)
@@ -64,7 +67,7 @@ def test_code_answers_are_printed_from_their_source_and_values_belong_to_exercis
     assert "def my_rank_and_size(environ" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize(("call", "name"), [(lambda: answers.answer(len(LESSONS)), "lesson"),
+@pytest.mark.parametrize(("call", "name"), [(lambda: answers.answer(NUMBERS[-1] + 1), "lesson"),
                                             (lambda: answers.answer(3, 6), "exercise"),
                                             (lambda: answers.answer(3, 0), "exercise")])
 def test_bad_arguments_are_refused_by_name(call, name):
@@ -129,8 +132,8 @@ def test_lesson06_and_07_answers_pass_the_checks():
 def test_lesson08_answers_pass_the_checks():
     values = answers.VALUES
     assert lesson08.allreduces_per_step(3, values[8, 1])
-    assert all(lesson08.must_share_seed(what, share) for what, share in values[8, 2].items())
-    assert lesson08.unbiased_count([3, 1], 5, values[8, 3])
+    assert all(lesson08.must_share_seed(what, share) for what, share in values[8, 5].items())
+    assert lesson08.unbiased_count([3, 1], 5, values[8, 2])
 
 
 def test_lesson08_ghost_batch_norm_normalises_each_chunk_on_its_own():

@@ -7,26 +7,37 @@ import pytest
 
 matplotlib.use("Agg")
 
-from dpedu.notebook.course import LESSONS, draw_course_map, exercise_minutes, study_minutes  # noqa: E402
+from dpedu.notebook.course import (  # noqa: E402
+    LESSONS,
+    course_notebooks,
+    draw_course_map,
+    exercise_minutes,
+    lesson_id,
+    study_minutes,
+)
 from dpedu.notebook.diagrams import draw_aggregation_schemes, write_all  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_lessons_are_numbered_in_order():
-    assert [lesson.number for lesson in LESSONS] == list(range(len(LESSONS)))
+def test_lessons_are_numbered_in_order_and_a_lesson_in_two_sittings_is_08a_then_08b():
+    numbers = [int(lesson.id[:2]) for lesson in LESSONS]
+    assert numbers == sorted(numbers) and set(numbers) == set(range(numbers[-1] + 1))
+    assert all(re.fullmatch(r"\d\d[ab]?", lesson.id) for lesson in LESSONS)
+    halves = [lesson.id for lesson in LESSONS if not lesson.id.isdigit()]
+    assert all(f"{h[:2]}a" in halves and f"{h[:2]}b" in halves for h in halves)
+    assert lesson_id("notebooks/08a_batchnorm_across_ranks.ipynb") == "08a" and lesson_id("03_x.ipynb") == "03"
 
 
 def test_course_map_is_drawn_with_every_lesson_and_saved(tmp_path):
     fig = draw_course_map(tmp_path / "map.png")
     texts = {t.get_text() for t in fig.axes[0].texts}
-    assert {f"{lesson.number:02d}" for lesson in LESSONS} <= texts
+    assert {lesson.id for lesson in LESSONS} <= texts
     assert (tmp_path / "map.png").read_bytes().startswith(b"\x89PNG")
 
 
-def test_every_notebook_is_a_lesson_on_the_map():
-    numbers = {int(path.name[:2]) for path in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")}
-    assert numbers and numbers <= {lesson.number for lesson in LESSONS}
+def test_every_notebook_is_a_lesson_on_the_map_and_every_lesson_a_notebook():
+    assert [lesson_id(path) for path in course_notebooks()[0]] == [lesson.id for lesson in LESSONS]
 
 
 def test_every_figure_of_images_is_made_by_the_diagrams_command(tmp_path):
@@ -37,8 +48,8 @@ def test_every_figure_of_images_is_made_by_the_diagrams_command(tmp_path):
 
 def test_the_map_draws_every_lesson_from_the_list_alone(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # an empty folder, as for a notebook opened alone: the map needs no files
-    numbers = [t.get_text() for t in draw_course_map().axes[0].texts if t.get_text().isdigit()]
-    assert numbers == [f"{lesson.number:02d}" for lesson in LESSONS]
+    numbers = [t.get_text() for t in draw_course_map().axes[0].texts if re.fullmatch(r"\d\d[ab]?", t.get_text())]
+    assert numbers == [lesson.id for lesson in LESSONS]
 
 
 def test_course_map_and_diagrams_name_bad_arguments(tmp_path):
@@ -80,8 +91,8 @@ def test_study_time_counts_the_source_a_lesson_shows_and_its_figures_but_no_othe
 
 def test_readme_lists_every_lesson_with_its_study_time():
     readme = (ROOT / "README.md").read_text()
-    rows = re.findall(r"^\| `(\d\d_\w+|appendix_\w+)` \| .+ \| (\d+) min \|$", readme, re.M)
-    notebooks = [*(ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"), *(ROOT / "notebooks").glob("appendix_*.ipynb")]
+    rows = re.findall(r"^\| `(\d\d[ab]?_\w+|appendix_\w+)` \| .+ \| (\d+) min \|$", readme, re.M)
+    notebooks = [*course_notebooks()[0], *course_notebooks()[1]]
     assert [name for name, _ in rows] == sorted(p.stem for p in notebooks)
     stale = {name: (int(minutes), study_minutes(ROOT / "notebooks" / f"{name}.ipynb")) for name, minutes in rows}
     stale = {name: pair for name, pair in stale.items() if pair[0] != pair[1]}
@@ -91,7 +102,7 @@ def test_readme_lists_every_lesson_with_its_study_time():
 
 
 def test_every_exercise_opens_with_its_own_estimate_and_one_without_is_named(tmp_path):
-    for notebook in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+    for notebook in course_notebooks()[0]:
         minutes = exercise_minutes(notebook)
         assert minutes and all(5 <= m <= 60 for m in minutes), (notebook.name, minutes)
     cells = [{"cell_type": "markdown", "source": "## Exercises\n\n1. *(about 5 min)* Sum it.\n2. Explain it.\n"}]
@@ -102,8 +113,8 @@ def test_every_exercise_opens_with_its_own_estimate_and_one_without_is_named(tmp
 
 def test_teaching_plans_with_the_readmes_study_times_and_each_exercises_estimate():
     teaching = (ROOT / "TEACHING.md").read_text()
-    rows = re.findall(r"^\| (\d\d|appendix) \| .+ \| (\d+) min \| (\d+|–) \| (\d+) min \|$", teaching, re.M)
-    notebooks = {p.stem[:2] if p.stem[0].isdigit() else "appendix": p for p in (ROOT / "notebooks").glob("*.ipynb")}
+    rows = re.findall(r"^\| (\d\d[ab]?|appendix) \| .+ \| (\d+) min \| (\d+|–) \| (\d+) min \|$", teaching, re.M)
+    notebooks = {lesson_id(p): p for p in (ROOT / "notebooks").glob("*.ipynb")}
     assert [lesson for lesson, *_ in rows] == sorted(notebooks, key=lambda name: (name == "appendix", name))
     wrong = {lesson: (int(study), int(total)) for lesson, study, exercises, total in rows
              if (int(study), int(total)) != (minutes := study_minutes(notebooks[lesson]),

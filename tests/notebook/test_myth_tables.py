@@ -27,14 +27,14 @@ def _tables() -> list[list[str]]:
 def _english(where: str) -> list[tuple[str, str]]:
     """("03", "6") for "lesson 03 part 6", ("", "2") for "part 2"; "parts 4 and 5" gives both."""
     found = []
-    for lesson, parts in re.findall(r"(?:lesson (\d\d) )?parts? (\d+(?: and \d+)?)", where):
+    for lesson, parts in re.findall(r"(?:lesson (\d\d[ab]?) )?parts? (\d+(?: and \d+)?)", where):
         found += [(lesson, part) for part in re.findall(r"\d+", parts)]
     return found
 
 
 def _chinese(where: str) -> list[tuple[str, str]]:
     found = []
-    for lesson, parts in re.findall(r"(?:第 (\d\d) 课)?第 (\d+(?:、\d+)?) 节", where):
+    for lesson, parts in re.findall(r"(?:第 (\d\d[ab]?) 课)?第 (\d+(?:、\d+)?) 节", where):
         found += [(lesson, part) for part in re.findall(r"\d+", parts)]
     return found
 

@@ -125,7 +125,7 @@ def _shown_objects():
         exec("\n".join(_course_imports(tree) for tree in trees), namespace)
         for tree in trees:
             for expression in _shown_expressions(tree):
-                yield f"{notebook.name[:2]}: {expression}", eval(expression, namespace)
+                yield f"{notebook.name.split('_')[0]}: {expression}", eval(expression, namespace)
 
 
 def test_every_shown_object_is_found_in_loops_and_in_the_course_scripts():

@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from dpedu.notebook import slides
+from dpedu.notebook.course import lesson_id
 from dpedu.notebook.opened_alone import FIRST_CELL
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
-DECKS = sorted([*NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"), *NOTEBOOKS.glob("appendix_*.ipynb")])
+DECKS = sorted([*NOTEBOOKS.glob("[0-9][0-9]*_*.ipynb"), *NOTEBOOKS.glob("appendix_*.ipynb")])
 CHROMIUM = os.environ.get("DPEDU_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]  # nothing fetched from outside
@@ -60,18 +61,18 @@ def headings(notebook: Path) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("notebook", DECKS, ids=lambda path: path.name[:2])
+@pytest.mark.parametrize("notebook", DECKS, ids=lesson_id)
 def test_every_heading_is_a_slide_in_order_and_the_first_is_the_title(decks, notebook):
     notebook, deck = decks[notebook.name]
     shown = [text_of(re.search(r"<(h[1-3])>(.*?)</\1>", section, re.S).group(2)).strip()
              for section in sections(deck)]
     assert shown == headings(notebook)
-    assert re.match(r"(\d\d|Appendix) · ", shown[0]) and "<section class=\"slide title\"" in deck
+    assert re.match(r"(\d\d[ab]?|Appendix) · ", shown[0]) and "<section class=\"slide title\"" in deck
     assert f"<title>{html.escape(shown[0], quote=False)}</title>" in deck
     assert f"1 / {len(sections(deck, continued=True))}</span>" in deck  # the counter
 
 
-@pytest.mark.parametrize("notebook", DECKS, ids=lambda path: path.name[:2])
+@pytest.mark.parametrize("notebook", DECKS, ids=lesson_id)
 def test_every_code_cell_but_the_installing_one_is_shown_without_nbval_markers(decks, notebook):
     notebook, deck = decks[notebook.name]
     deck = text_of(deck)
@@ -83,7 +84,7 @@ def test_every_code_cell_but_the_installing_one_is_shown_without_nbval_markers(d
     assert "NBVAL_" not in deck
 
 
-@pytest.mark.parametrize("notebook", DECKS, ids=lambda path: path.name[:2])
+@pytest.mark.parametrize("notebook", DECKS, ids=lesson_id)
 def test_stored_figures_are_embedded_and_nothing_is_fetched(decks, notebook):
     notebook, deck = decks[notebook.name]
     figures = [re.sub(r"\s", "", "".join(output["data"]["image/png"])) for cell in cells_of(notebook)
@@ -95,7 +96,7 @@ def test_stored_figures_are_embedded_and_nothing_is_fetched(decks, notebook):
     assert not re.search(r"\bsrc\s*=\s*[\"']?\s*(https?:)?//", deck, re.I)
 
 
-@pytest.mark.parametrize("notebook", DECKS, ids=lambda path: path.name[:2])
+@pytest.mark.parametrize("notebook", DECKS, ids=lesson_id)
 def test_every_formula_is_drawn_and_none_is_left_as_tex(decks, notebook):
     notebook, deck = decks[notebook.name]
     prose = "".join("".join(cell["source"]) for cell in cells_of(notebook) if cell["cell_type"] == "markdown")
@@ -203,6 +204,10 @@ def test_a_lesson_is_found_by_number_or_path_and_anything_else_is_refused_by_nam
     assert slides.lesson_notebook(number) == slides.lesson_notebook(int(number)) == first
     assert slides.lesson_notebook(str(first)) == first
     assert slides.lesson_notebook("appendix").name.startswith("appendix_")
+    assert slides.lesson_notebook("08a").name.startswith("08a_")
+    assert slides.lesson_notebook("8b").name.startswith("08b_")
+    with pytest.raises(ValueError, match=r"\(00, .*08a, 08b, .*\) or 'appendix', got '08'"):
+        slides.lesson_notebook("08")  # a lesson in two sittings is asked for by either
     for wrong in ("99", "-1", "", "lesson 3", str(tmp_path / "missing.ipynb"), True):
         with pytest.raises(ValueError, match="^lesson must be"):
             slides.lesson_notebook(wrong)
@@ -325,7 +330,7 @@ def test_on_a_4_3_projector_only_a_single_part_taller_than_the_screen_scrolls(de
                 page.goto(path.as_uri())
                 sizes = page.evaluate(measure)
                 screens += len(sizes)
-                too_tall[name[:2]] = [(n, round(high / seen, 1), parts) for n, high, seen, parts in sizes
+                too_tall[name.split("_")[0]] = [(n, round(high / seen, 1), parts) for n, high, seen, parts in sizes
                                       if high > 1.15 * seen]  # "about a screen": the cut is estimated, not measured
         finally:
             browser.close()
