@@ -357,8 +357,8 @@ def test_the_gpu_notebooks_are_found_from_their_cells(tmp_path):
     assert [p.name for p in gpu_check.gpu_notebooks(tmp_path)] == ["a.ipynb", "b.ipynb"]
     assert [p.stem for p in gpu_check.gpu_notebooks()] == [
         "00_welcome", "01_gd_sgd_minibatch", "02_data_parallelism_by_hand", "03_ddp_from_a_notebook",
-        "08a_batchnorm_across_ranks", "11_sharding_and_memory", "12_splitting_the_model", "13_a_real_training_run",
-        "14_your_loop_in_accelerate",
+        "08a_batchnorm_across_ranks", "11a_shard_what_ddp_copies", "12b_which_parallelism_when",
+        "13_a_real_training_run", "14_your_loop_in_accelerate",
         "appendix_circulating_code"]
 
 
@@ -372,7 +372,7 @@ def test_each_lessons_gpu_cells_need_no_more_gpus_than_its_verdict_says():
         cells = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
         written = max((int(n) for cell in cells for n in threshold.findall(cell)), default=1)
         assert written <= gpu_check.GPUS_FOR_EVERY_CELL.get(lesson, 1), (lesson, written)
-    assert gpu_check.GPUS_FOR_EVERY_CELL["12_splitting_the_model"] == 8
+    assert gpu_check.GPUS_FOR_EVERY_CELL["12b_which_parallelism_when"] == 8
 
 
 def test_the_notebook_step_runs_each_lesson_alone_logs_it_and_gives_a_verdict_each(monkeypatch, tmp_path, capsys,

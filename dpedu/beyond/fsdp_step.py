@@ -20,7 +20,7 @@ backward and after each phase of the last step, the bytes of parameters gathered
 module's parameters that are plain tensors then, not shards) and how many all-gathers were issued so far.
 A prefetched all-gather is counted when issued; its parameters appear in place when the layer runs.
 
-Used in lesson 11.
+Used in lesson 11b.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ some virtual machines it picks AMX instructions that the hypervisor does not all
 dies with "Illegal instruction". ``BF16_ENV`` caps oneDNN below AMX: set it before the process's first
 matmul, and run bfloat16 work inside ranks (``dpedu.launch``), where a crash is an error, not a dead kernel.
 
-Used in lesson 11.
+Used in lesson 11a.
 """
 
 from __future__ import annotations

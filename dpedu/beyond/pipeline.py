@@ -22,7 +22,7 @@ The schedule sets the order in which a stage runs its forwards ("F", i) and back
 and measures the timeline and the activations each stage keeps for backward; ``work_s`` adds a fixed duration
 to each forward and backward, so that the schedule, not this machine's cores, sets the timing.
 
-Used in lesson 12 (and ``saved_storages`` in lesson 11).
+Used in lesson 12a (and ``saved_storages`` in lesson 11b).
 """
 
 from __future__ import annotations

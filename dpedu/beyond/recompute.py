@@ -9,7 +9,7 @@ the same. The non-reentrant variant (torch's recommended one) works under DDP an
 no gradient. ``step`` measures both sides: the bytes autograd keeps (counted with
 ``pipeline.saved_storages``, the parameters left out), the matrix products torch actually runs in forward
 and in backward (the work; a recomputation stopped early runs fewer than a whole forward), and the time
-forward and backward take. Used in lesson 11 (part 3).
+forward and backward take. Used in lesson 11b.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Under DDP every rank holds the whole model, so rank 0's ``torch.save`` is a whol
 local parts are a 1/N share, and saving them on rank 0 alone would lose the rest (``save`` measures the
 share). DCP writes one file per rank and a ``.metadata`` file that records which slice of which tensor
 lies where, so that a different number of ranks, with another sharding, can load it (``load``).
-Used in lesson 11 (part 3).
+Used in lesson 11b.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ its gradients in flat buckets for the all-reduce; only with ``gradient_as_bucket
 default) are the parameters' ``.grad`` views of those buckets, else every gradient is held twice:
 ``train`` measures both.
 
-Used in lesson 11 (and its byte layouts in lesson 12).
+Used in lessons 11a and 11b (and its byte layouts in lesson 12b).
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def batch(rank: int, step: int, size: int = 8) -> tuple[torch.Tensor, torch.Tens
 def train(kind: str, *, steps: int, lr: float = 1e-2, device: str | torch.device = "cpu",
           bucket_view: bool = True) -> dict:
     """Inside ranks: train ``tanh_mlp()`` with Adam for ``steps`` steps under ``kind`` ("ddp", "zero1" or
-    "fsdp"; or "hsdp": FSDP2 on a 2-D mesh, rows of 2 ranks, lesson 11 part 3), each rank on its own
+    "fsdp"; or "hsdp": FSDP2 on a 2-D mesh, rows of 2 ranks, lesson 11b, part 1), each rank on its own
     batches, on ``device`` (the CPU, or this rank's GPU under nccl).
     Returns the whole trained parameters (on the CPU), the bytes this rank holds after the last step
     (``held_bytes``), what its collectives sent in the last step, by kind (``traffic``, from

@@ -20,7 +20,7 @@ broadcasts them. ``Zero1Optimizer`` splits by element, so every rank holds exact
 each step by a running size of the gradient itself, so it barely tells a gradient averaged over the ranks from
 one summed (N times larger); SGD's step is the gradient times the learning rate, so any other scale shows.
 
-Used in lesson 11.
+Used in lessons 11a and 11b.
 """
 
 from __future__ import annotations

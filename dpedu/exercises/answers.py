@@ -61,9 +61,9 @@ VALUES: dict[tuple[int, int], object] = {
               "mismatched shapes", "a port in use", "mismatched collectives"],
     (11, 1): 37.375,
     (11, 2): {3e-8: True, 2e-8: False},
-    (11, 3): 15.0,
-    (11, 4): 12 * 512 * 128 * 4,
-    (11, 5): 578,
+    (11, 3): 578,
+    (11, 4): 15.0,
+    (11, 5): 12 * 512 * 128 * 4,
     (12, 1): {8: 3 / 11, 16: 3 / 19, "fewest micro-batches under 10 %": 28},
     (12, 2): {"1f1b": 3, "gpipe": 8},
     (12, 5): {"tensor_parallel": 4, "pipeline_parallel": 1, "zero_stage": 2},
@@ -463,27 +463,27 @@ parameters stay on every GPU and the gradients and optimizer state are sharded: 
 2^-25 ≈ 2.98e-8, rounds up to 2^-24, so 3e-8 is stored as about twice itself. 2e-8: no (False), it rounds to 0.
 Check: lesson11.survives_float16(3e-8, True) and lesson11.survives_float16(2e-8, False)."""),
     (11, 3): (VALUE, f"""
-HSDP shards every byte over its group of 8 and keeps one copy per group: 16 · 7.5e9/8 = {VALUES[11, 3]} GB per
-GPU, whatever the byte layout (4 + 4 + 8 also adds up to 16) and however many groups there are (check:
-lesson11.hsdp_gigabytes(7.5e9, 8, 15, "autocast")). FSDP over all 64: 16 · 7.5e9/64 = 1.875 GB. What HSDP buys
-for the 8 times more memory: its all-gathers and reduce-scatters stay inside a node, and only an all-reduce
-of each GPU's gradient shard (4 · 7.5e9/8 bytes with float32 gradients) crosses between nodes."""),
-    (11, 4): (VALUE, f"""
-Each checkpointed block keeps its input, 512 · 128 float32 values: 12 · 512 · 128 · 4 = {VALUES[11, 4]:,} bytes
-(check: lesson11.kept_with_checkpointing(12, 128, 512, {VALUES[11, 4]})); without checkpointing 9 times that,
-{9 * VALUES[11, 4]:,} bytes (input, 4w before GELU and 4w after, per block: part 3 measured it on 4 blocks).
-Checkpointing pairs of blocks keeps 6 inputs, half as much, but recomputes 2 blocks at once in backward, so
-the peak grows by one block's activations: the segment length trades the inputs kept against the
-activations recomputed at once: with segments of k blocks, L/k inputs plus k blocks' activations, least
-near k = √(L/9) here (Chen et al. 2016, arXiv:1604.06174: segments of about √L blocks)."""),
-    (11, 5): (VALUE, f"""
-ceil(1,732 / 3) = {VALUES[11, 5]} elements in each rank's shard, padding included (check:
-lesson11.zero_one_slice(1732, 3, {VALUES[11, 5]})): the flat vector is padded with 2 zeros to 1,734 = 3 x 578,
+ceil(1,732 / 3) = {VALUES[11, 3]} elements in each rank's shard, padding included (check:
+lesson11.zero_one_slice(1732, 3, {VALUES[11, 3]})): the flat vector is padded with 2 zeros to 1,734 = 3 x 578,
 so the last rank's slice ends in the padding. Measured with train_zero_one on 3 ranks: optimizer state 8 x 578
 = 4,624 bytes on every rank (Adam's two float32 moments), shards (0, 578), (578, 1156), (1156, 1734); each
 rank hands the reduce-scatter 4 x 1,734 = 6,936 bytes and the all-gather 4 x 578 = 2,312; the parameters equal
 DDP's within 1e-6. The padding costs 2 elements of state and of traffic, nothing in the result: the padded
 gradients are 0, and the padded parameters are never copied back."""),
+    (11, 4): (VALUE, f"""
+HSDP shards every byte over its group of 8 and keeps one copy per group: 16 · 7.5e9/8 = {VALUES[11, 4]} GB per
+GPU, whatever the byte layout (4 + 4 + 8 also adds up to 16) and however many groups there are (check:
+lesson11.hsdp_gigabytes(7.5e9, 8, 15, "autocast")). FSDP over all 64: 16 · 7.5e9/64 = 1.875 GB. What HSDP buys
+for the 8 times more memory: its all-gathers and reduce-scatters stay inside a node, and only an all-reduce
+of each GPU's gradient shard (4 · 7.5e9/8 bytes with float32 gradients) crosses between nodes."""),
+    (11, 5): (VALUE, f"""
+Each checkpointed block keeps its input, 512 · 128 float32 values: 12 · 512 · 128 · 4 = {VALUES[11, 5]:,} bytes
+(check: lesson11.kept_with_checkpointing(12, 128, 512, {VALUES[11, 5]})); without checkpointing 9 times that,
+{9 * VALUES[11, 5]:,} bytes (input, 4w before GELU and 4w after, per block: lesson 11b measured it on 4 blocks).
+Checkpointing pairs of blocks keeps 6 inputs, half as much, but recomputes 2 blocks at once in backward, so
+the peak grows by one block's activations: the segment length trades the inputs kept against the
+activations recomputed at once: with segments of k blocks, L/k inputs plus k blocks' activations, least
+near k = √(L/9) here (Chen et al. 2016, arXiv:1604.06174: segments of about √L blocks)."""),
     (11, 6): (RUBRIC, """
 Measured on 2 ranks (tanh_mlp, Ψ = 1,732): after forward 3,464 bytes gathered in place, all bfloat16 (all the
 parameters, kept, at 2 bytes each: half of the 6,928 float32 bytes); 3 all-gathers a step (one per layer,
@@ -515,12 +515,13 @@ of the first block cannot go. In backward the first block's row-split B needs th
 each rank only has its part from its own columns of A: f of the second block adds them. A transformer layer
 (attention + MLP, both built this way) therefore costs 2 all-reduces in forward and 2 in backward."""),
     (12, 5): (VALUE + " + rubric", """
-Tensor parallel 4 × ZeRO-2 (check: lesson12.layout_without_zero3(70e9, 64, 80, 4, 1, 2)). In part 4's order:
+Tensor parallel 4 × ZeRO-2 (check: lesson12.layout_without_zero3(70e9, 64, 80, 4, 1, 2)). In the order of
+lesson 12b, part 1:
 DDP holds 16 × 70e9 = 1,120 GB a GPU, ZeRO-1 4Ψ + 12Ψ/64 = 293 GB, ZeRO-2 2Ψ + 14Ψ/64 = 155 GB: none fits. With
 tensor parallelism t each GPU holds Ψ/t and ZeRO divides by 64/t: t = 2 gives 560, 153 and 85.3 GB (just over
 80), t = 4 gives 280, 83.1 and 50.3 GB, the first to fit. (ZeRO-3 alone would fit at 16Ψ/64 = 17.5 GB, for 1.5
 times DDP's traffic.) A good answer adds that activations come on top, so the 30 GB left is what the
-micro-batch and recomputation must fit in (part 4's remedies), and that t stays within a node of 8 GPUs."""),
+micro-batch and recomputation must fit in (that part's remedies), and that t stays within a node of 8 GPUs."""),
     (13, 1): (VALUE + " + " + RUBRIC, f"""
 96 / (3 ranks x 2 micro-batches) = {VALUES[13, 1]} examples per forward-backward
 (check: lesson13.micro_batch(96, 3, 2, {VALUES[13, 1]})). 64 is not a multiple of 3: no equal split of the

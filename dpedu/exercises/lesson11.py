@@ -55,7 +55,7 @@ def hsdp_gigabytes(params: float, shard_size: int, answer: float, precision: str
 
 
 def kept_with_checkpointing(blocks: int, width: int, batch: int, answer: int) -> bool:
-    """How many bytes does autograd keep from forward to backward for ``blocks`` of lesson 11 part 3's
+    """How many bytes does autograd keep from forward to backward for ``blocks`` of lesson 11b's
     float32 MLP blocks (Linear(w, 4w), GELU, Linear(4w, w)) on a batch of ``batch``, each block
     checkpointed (the loss and the block being recomputed left out)?"""
     whole("blocks", blocks)

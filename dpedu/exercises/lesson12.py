@@ -1,5 +1,5 @@
-"""Checks for lesson 12's exercises: the pipeline's bubble, 1F1B's memory, and a layout from the memory
-calculator."""
+"""Checks for lesson 12's exercises, 12a's and 12b's: the pipeline's bubble, 1F1B's memory, and a layout from
+the memory calculator."""
 
 from __future__ import annotations
 
@@ -31,9 +31,9 @@ def micro_batches_kept(kind: str, stages: int, micro_batches: int, stage: int, a
 
 def layout_without_zero3(params: float, gpus: int, gpu_memory_gb: float, tensor_parallel: int,
                          pipeline_parallel: int, zero_stage: int) -> bool:
-    """Model states only (mixed-precision Adam, 16 bytes a parameter): the first layout, in part 4's preferred
-    order, whose states fit on ``gpus`` GPUs of ``gpu_memory_gb`` GB when ZeRO-3 is ruled out (its traffic).
-    The answer is that layout's ``tensor_parallel``, ``pipeline_parallel`` and ``zero_stage``."""
+    """Model states only (mixed-precision Adam, 16 bytes a parameter): the first layout, in the preferred order
+    of lesson 12b's part 1, whose states fit on ``gpus`` GPUs of ``gpu_memory_gb`` GB when ZeRO-3 is ruled out
+    (its traffic). The answer is that layout's ``tensor_parallel``, ``pipeline_parallel`` and ``zero_stage``."""
     for name, value in (("tensor_parallel", tensor_parallel), ("pipeline_parallel", pipeline_parallel)):
         whole(name, value)
     whole("zero_stage", zero_stage, minimum=0, maximum=3)

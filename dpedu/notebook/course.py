@@ -35,8 +35,10 @@ LESSONS: tuple[Lesson, ...] = (
     Lesson("08b", "Randomness across ranks, the checklist", "Training at scale"),
     Lesson("09", "Scaling out: torchrun, MPI, Slurm", "In production"),
     Lesson("10", "When things go wrong: failures, restarts", "In production"),
-    Lesson("11", "Sharding: ZeRO, FSDP, mixed precision", "Beyond data parallelism"),
-    Lesson("12", "Splitting the model: pipelines, tensors", "Beyond data parallelism"),
+    Lesson("11a", "Sharding: ZeRO, FSDP, mixed precision", "Beyond data parallelism"),
+    Lesson("11b", "Sharding for real: HSDP, checkpoints", "Beyond data parallelism"),
+    Lesson("12a", "Splitting the model: layers, pipelines, tensors", "Beyond data parallelism"),
+    Lesson("12b", "Which parallelism when, combined", "Beyond data parallelism"),
     Lesson("13", "A real training run, end to end", "In production"),
     Lesson("14", "Your loop in accelerate, and back", "In production"),
 )
@@ -54,7 +56,7 @@ def lesson_id(notebook: str | Path) -> str:
     return Path(notebook).name.split("_")[0]
 
 
-PER_ROW = 8  # lessons per row of the course map
+PER_ROW = -(-len(LESSONS) // 2)  # lessons per row of the course map: two rows
 PROSE_WORDS_PER_MINUTE = 100  # careful reading of technical prose with formulas, not skimming
 CODE_LINES_PER_MINUTE = 12  # reading a cell, running it and reading what it prints; also dpedu's source it shows
 FIGURE_MINUTES = 1  # reading a figure: its axes, its curves, and what the text says they show

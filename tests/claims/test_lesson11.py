@@ -79,14 +79,14 @@ def _same(ranks, subject, reference="ddp"):
 
 @pytest.mark.parametrize("mistake", list(BROKEN_ZERO1))
 def test_a_zero1_by_hand_that_sums_or_skips_the_all_gather_fails_the_comparison_with_ddp(two, mistake):
-    """Backs 11 cell 19: ZeRO-1 by hand trains DDP's parameters with SGD (within 1e-6), and a Zero1Optimizer that
+    """Backs 11a cell 19: ZeRO-1 by hand trains DDP's parameters with SGD (within 1e-6), and a Zero1Optimizer that
     sums the gradients instead of averaging them, or skips the all-gather of the updated slices, fails that check."""
     assert _same(two, "zero1 by hand")
     assert not _same(two, f"zero1 by hand that {mistake}")
 
 
 def test_adam_barely_notices_a_zero1_that_sums_which_is_why_the_lesson_checks_with_sgd(two):
-    """Backs 11 cell 20: a Zero1Optimizer that sums the gradients instead of averaging them lands within 1e-4 of
+    """Backs 11a cell 20: a Zero1Optimizer that sums the gradients instead of averaging them lands within 1e-4 of
     DDP's parameters after 5 Adam steps (Adam's step barely depends on the gradient's scale), and 0.01 or more
     away after 5 SGD steps."""
     assert zero_one.same_parameters([r["zero1 by hand that sums, Adam"] for r in two], two[0]["ddp, Adam"], 1e-4)
@@ -94,7 +94,7 @@ def test_adam_barely_notices_a_zero1_that_sums_which_is_why_the_lesson_checks_wi
 
 
 def test_zero_redundancy_and_fsdp_that_sum_fail_the_comparison_with_ddp(two):
-    """Backs 11 cell 13: ZeroRedundancyOptimizer and FSDP train DDP's parameters with SGD (within 1e-6), and
+    """Backs 11a cell 13: ZeroRedundancyOptimizer and FSDP train DDP's parameters with SGD (within 1e-6), and
     either one over a reduction that sums the ranks' gradients fails that check."""
     assert _same(two, "zero1") and _same(two, "fsdp")
     assert not _same(two, "zero1 over a summing DDP")
@@ -103,7 +103,7 @@ def test_zero_redundancy_and_fsdp_that_sum_fail_the_comparison_with_ddp(two):
 
 @pytest.mark.parametrize("option", ["default", "reshard_after_forward=False", "forward prefetch"])
 def test_fsdp_options_that_sum_fail_the_comparison_with_ddp(two, option):
-    """Backs 11 cell 46: under each option but the bfloat16 policy traced_step trains DDP's parameters (within
+    """Backs 11b cell 18: under each option but the bfloat16 policy traced_step trains DDP's parameters (within
     1e-6), and the same step with FSDP2's gradients summed instead of averaged fails that check."""
     assert _same(two, f"traced {option}")
     assert not _same(two, f"traced {option} that sums")
@@ -116,7 +116,7 @@ def _four_ranks() -> dict:
 
 
 def test_an_hsdp_that_sums_fails_the_comparison_with_ddp():
-    """Backs 11 cell 37: HSDP on a 2 x 2 mesh trains 4-rank DDP's parameters with SGD (within 1e-6), and an HSDP
+    """Backs 11b cell 9: HSDP on a 2 x 2 mesh trains 4-rank DDP's parameters with SGD (within 1e-6), and an HSDP
     whose reductions sum the gradients instead of averaging them fails that check."""
     four = launch(_four_ranks, 4)
     assert _same(four, "hsdp")
@@ -136,7 +136,7 @@ def _checkpointing_costs() -> dict:
 
 
 def test_blocks_that_are_not_checkpointed_fail_checkpointing_costs_backward_cpu_time():
-    """Backs 11 cell 52: with torch's checkpoint backward's CPU time grows by at least a quarter of a forward's
+    """Backs 11b cell 24: with torch's checkpoint backward's CPU time grows by at least a quarter of a forward's
     (``recompute.checkpointing_costs_backward``), on every rank; with blocks that are not checkpointed it does not."""
     for costs in launch(_checkpointing_costs, 2):
         assert recompute.checkpointing_costs_backward(*costs["checkpointed"]), costs

@@ -34,7 +34,7 @@ def _timed_in_turn(kind, work_s):
 
 @pytest.mark.parametrize("p", [2, 4])
 def test_a_pipeline_whose_stages_take_turns_fails_the_bubble_checks(p):
-    """Backs 12 cell 15: a GPipe run whose stages take turns, one micro-batch at a time, idles (p - 1)/p at every
+    """Backs 12a cell 15: a GPipe run whose stages take turns, one micro-batch at a time, idles (p - 1)/p at every
     m, and fails both the always-asserted check (stages_overlap on the best of 4 and 8 micro-batches) and the
     tight one (follows_bubble), on any machine: load only adds to its idle time."""
     ranks = launch(_timed_in_turn, p, args=("gpipe", 0.05))  # the notebook's 0.25 s, shortened: same shares
@@ -72,7 +72,7 @@ def _gap_from_the_unsplit_block(edits):
 
 @pytest.mark.parametrize("skipped", ["forward", "backward"])
 def test_a_tensor_parallel_block_missing_an_all_reduce_fails_the_comparison(skipped):
-    """Backs 12 cell 22: Megatron's MLP block split over 4 ranks equals the unsplit block (within 1e-5, relative),
+    """Backs 12a cell 22: Megatron's MLP block split over 4 ranks equals the unsplit block (within 1e-5, relative),
     and the same block with its forward (g) or its backward (f) all-reduce skipped fails that check, though it
     still logs both all-reduces."""
     gap, logs = _gap_from_the_unsplit_block([])

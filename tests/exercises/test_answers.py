@@ -161,9 +161,9 @@ def test_lesson09_to_11_answers_pass_the_checks():
     assert lesson11.zero_gigabytes(13e9, 16, 2, values[11, 1])
     assert lesson11.zero_gigabytes(13e9, 16, 2, 61.75, "autocast")  # the second half of the answer's text
     assert all(lesson11.survives_float16(value, survives) for value, survives in values[11, 2].items())
-    assert lesson11.hsdp_gigabytes(7.5e9, 8, values[11, 3], "autocast")
-    assert lesson11.kept_with_checkpointing(12, 128, 512, values[11, 4])
-    assert lesson11.zero_one_slice(1732, 3, values[11, 5])
+    assert lesson11.hsdp_gigabytes(7.5e9, 8, values[11, 4], "autocast")
+    assert lesson11.kept_with_checkpointing(12, 128, 512, values[11, 5])
+    assert lesson11.zero_one_slice(1732, 3, values[11, 3])
 
 
 def test_lesson12_and_13_answers_pass_the_checks():

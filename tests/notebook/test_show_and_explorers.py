@@ -130,7 +130,7 @@ def _shown_objects():
 
 def test_every_shown_object_is_found_in_loops_and_in_the_course_scripts():
     shown = [where for where, _ in _shown_objects()]
-    assert "12: model_parallel.megatron_mlp" in shown  # shown in a loop over a tuple
+    assert "12a: model_parallel.megatron_mlp" in shown  # shown in a loop over a tuple
     assert "13: train_addition.train" in shown  # a course script (dpedu.scripts)
 
 
