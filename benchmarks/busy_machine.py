@@ -1,8 +1,8 @@
 """The lessons on a machine that is not idle: green, with each timing claim held or its cause named.
 
     .venv/bin/python benchmarks/busy_machine.py --busy-core [notebooks/04_*.ipynb ...]
-    .venv/bin/python benchmarks/busy_machine.py --class 05 12 13
-    .venv/bin/python benchmarks/busy_machine.py --busy-core --class 05 12     # both at once: what CI runs
+    .venv/bin/python benchmarks/busy_machine.py --class 05a 05b 12a 13
+    .venv/bin/python benchmarks/busy_machine.py --busy-core --class 05a 05b 12a  # both at once: what CI runs
 
 --busy-core: another program keeps one core busy (a Python loop at normal priority, as a browser tab or
   an indexer would) while the notebooks run one after the other under strict nbval; by default the
@@ -39,14 +39,14 @@ from dpedu.runtime.commands import stop_with_their_sessions
 from dpedu.runtime.machine_load import machine_limit, parallel_speedup
 
 ROOT = Path(__file__).resolve().parents[1]
-# the lessons that assert times, gated by machine_load (04, 05, 08a, 12a, 13) or with a bound load cannot break
-TIMED_LESSONS = ["01", "03", "04", "05", "08a", "10", "11b", "12a", "13"]
+# the lessons that assert times, gated by machine_load (04, 05a, 08a, 12a, 13) or with a bound load cannot break
+TIMED_LESSONS = ["01", "03", "04", "05a", "05b", "08a", "10", "11b", "12a", "13"]
 NBVAL = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--nbval", "--nbval-cell-timeout=300",
          "--nbval-sanitize-with", "nbval_sanitize.cfg", "--timeout=900"]
 
 
 def notebook(lesson: str) -> Path:
-    # a lesson's number ("05", "08a") or a notebook's path
+    # a lesson's number ("03", "08a") or a notebook's path
     found = sorted((ROOT / "notebooks").glob(f"{lesson}_*.ipynb")) if "." not in lesson else [Path(lesson)]
     if len(found) != 1 or not found[0].is_file():
         raise SystemExit(f"lesson {lesson!r} names no notebook")

@@ -1,4 +1,4 @@
-"""Four ways to average gradients, timed on the same model (lesson 05 and ``benchmarks/collectives.py``).
+"""Four ways to average gradients, timed on the same model (lessons 05a and 05b, ``benchmarks/collectives.py``).
 
 ``step_times`` runs inside every rank of a ``dpedu.launch``: it builds one model per version and
 trains them in turn, one step each round, so that a busy moment of a shared machine slows every
@@ -6,6 +6,8 @@ version alike. It returns each version's median seconds per step and the measure
 last step (when backward ran, when each all-reduce started and ended) for the lesson's figure.
 ``all_reduce_sizes`` says what each version all-reduces in each step, counted where torch hands the
 tensors to the process group: the one measurement that compares torch DDP's buckets with MiniDDP's.
+``close_once_reached`` is torch DDP's rule for the buckets it rebuilds after its first step, which those counts
+must match (lesson 05a shows it; 05b applies it to DDP's settings and to ``torch.compile``).
 
 The lesson's checks, shared with the tests that make each of them fail on a broken subject:
 ``agree_within`` (the versions' tensors equal within a tolerance), ``speed_claims`` (the per-round ratios
@@ -185,3 +187,15 @@ def during_backward(result: Mapping) -> tuple[int, int]:
     computed = result["backward"][1]
     return (sum(launched < computed for launched, _ in result["communication"]),
             sum(done < computed for _, done in result["communication"]))
+
+
+def close_once_reached(sizes: Sequence[int], first_limit: int, limit: int) -> list[int]:
+    """torch DDP's rule for the buckets it rebuilds after its first step: gradients go into a bucket, in the
+    order they arrive, until the bucket has reached its limit (``first_limit`` for the first bucket, ``limit``
+    for every other), and the next one opens; the bytes of each bucket. A bucket can end over its limit."""
+    buckets = [0]
+    for size in sizes:
+        if buckets[-1] >= (first_limit if len(buckets) == 1 else limit):
+            buckets.append(0)
+        buckets[-1] += size
+    return buckets

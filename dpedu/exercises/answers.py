@@ -293,7 +293,7 @@ after the last gradient, 46.6 ms per step against torch DDP's 46.5 ms at the sam
 them started before the last gradient, 45.7 ms. On this 2-core CPU the overlap buys little either way (part 1
 says why); on GPUs, where it hides communication, one bucket for the whole model throws that away.
 torch DDP, left at its default cap, keeps its first bucket at 1 MB for the same reason (passed explicitly, as
-here, 25 MB gives torch DDP one bucket too: part 3)."""),
+here, 25 MB gives torch DDP one bucket too: lesson 05b, part 1)."""),
     (5, 3): (VALUE, f"""
 fp16_compress_hook all-reduces the bucket in float16: 12.5 MiB. A ring sends 2(p − 1)/p of that from each rank:
 2 · 7/8 · 12.5 MiB = {VALUES[5, 3]:,} bytes (21.9 MiB), against 43.75 MiB for the float32 bucket.
@@ -301,7 +301,7 @@ Check: lesson05.compressed_ring_bytes(25 * 2**20, 8, 22937600)."""),
     (5, 4): (VALUE, f"""
 The matrix is 4096 · 4096 = 16,777,216 numbers; P and Q are 4096 · 4 each, 32,768 together:
 {VALUES[5, 4]:.0f} times fewer. In general m·n / (r(m + n)): large square matrices compress most. PowerSGD sends P and Q
-in two all-reduces, one after the other, and sends vectors (biases) uncompressed (part 5).
+in two all-reduces, one after the other, and sends vectors (biases) uncompressed (lesson 05b, part 3).
 Check: lesson05.powersgd_fewer(4096, 4096, 4, 512)."""),
     (6, 1): (VALUE, f"""
 The edge at staleness τ = 3 is 2 sin(π/14) ≈ 0.445 on lr × λ_max, so lr < 0.445/4 ≈ {VALUES[6, 1]}

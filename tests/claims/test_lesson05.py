@@ -5,7 +5,6 @@ Where a check is an expression the notebook writes out, the test requires that e
 notebook's cell, so that the two cannot drift apart unnoticed.
 """
 
-import ast
 import itertools
 import json
 from pathlib import Path
@@ -19,27 +18,27 @@ from torch.nn.parallel import DistributedDataParallel
 from dpedu import MiniDDP, launch
 from dpedu.data_parallel import compiled_ddp, digits_ddp
 from dpedu.data_parallel.ddp_settings import STEP_TIME_BOUNDS, against_default, outside
-from dpedu.data_parallel.ddp_timing import VERSIONS, agree_within, during_backward, speed_claims, step_times
+from dpedu.data_parallel.ddp_timing import (
+    VERSIONS,
+    agree_within,
+    close_once_reached,
+    during_backward,
+    speed_claims,
+    step_times,
+)
 from dpedu.models import mlp
 
-NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "05_inside_ddp.ipynb"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+SITTINGS = {"05a": NOTEBOOKS / "05a_buckets_and_overlap.ipynb",
+            "05b": NOTEBOOKS / "05b_settings_compile_and_hooks.ipynb"}
 
 
-def cell(index: int) -> str:
-    """The source of the notebook's cell ``index`` (counted from 0 among all cells)."""
-    return "".join(json.loads(NOTEBOOK.read_text())["cells"][index]["source"])
+def cell(sitting: str, index: int) -> str:
+    """The source of cell ``index`` (counted from 0 among all cells) of lesson ``sitting``'s notebook."""
+    return "".join(json.loads(SITTINGS[sitting].read_text())["cells"][index]["source"])
 
 
-def notebook_function(index: int, name: str):
-    """The function ``name`` as the notebook's cell ``index`` defines it (only its ``def`` is run)."""
-    tree = ast.parse(cell(index))
-    [definition] = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == name]
-    namespace: dict = {}
-    exec(compile(ast.Module([definition], type_ignores=[]), str(NOTEBOOK), "exec"), namespace)
-    return namespace[name]
-
-
-# ---- cell 6: MiniDDP's gradients and parameters equal torch DDP's ----
+# ---- 05a cell 6: MiniDDP's gradients and parameters equal torch DDP's ----
 
 def average_skipping_one(model):
     """The per-parameter loop with one all-reduce forgotten: the last parameter keeps this rank's gradient."""
@@ -79,10 +78,10 @@ def train_like_cell_6(steps=3):
 
 
 def test_the_equality_with_torch_ddp_fails_without_the_division_or_with_an_all_reduce_skipped():
-    """Backs 05 cell 6: MiniDDP's and the per-parameter loop's gradients and parameters equal torch DDP's
+    """Backs 05a cell 6: MiniDDP's and the per-parameter loop's gradients and parameters equal torch DDP's
     within 1e-6. The same check (``agree_within``, 1e-6) fails for a MiniDDP that sums instead of averaging
     and for a per-parameter loop that skips one all-reduce, and holds for the sound MiniDDP."""
-    assert "agree_within([gradients, parameters], [reference_gradients, reference_parameters], 1e-6)" in cell(6)
+    assert "agree_within([gradients, parameters], [reference_gradients, reference_parameters], 1e-6)" in cell("05a", 6)
     for outcomes in launch(train_like_cell_6, 2, timeout=60):
         reference = outcomes["torch DDP"]
         assert agree_within(outcomes["MiniDDP"], reference, 1e-6)
@@ -90,7 +89,7 @@ def test_the_equality_with_torch_ddp_fails_without_the_division_or_with_an_all_r
         assert not agree_within(outcomes["per parameter, one skipped"], reference, 1e-6)
 
 
-# ---- cell 10: MiniDDP's speed, two tiers of bounds ----
+# ---- 05a cell 11: MiniDDP's speed, two tiers of bounds ----
 
 def rounds(overlap=1.03, per_parameter=1.4):
     """A made-up ``step_times`` result: 15 rounds, torch DDP 40 ms a step, each version a multiple of that
@@ -106,10 +105,10 @@ def judged(timed):
 
 
 def test_minddp_speed_bounds_fail_on_a_slow_minddp_or_buckets_that_buy_nothing():
-    """Backs 05 cell 10: MiniDDP with buckets and overlap under 2x torch DDP's step time (any machine) and
+    """Backs 05a cell 11: MiniDDP with buckets and overlap under 2x torch DDP's step time (any machine) and
     under 1.25x (two cores free); the per-parameter loop over 0.8x (any machine) and 1.0x (two cores free)
     the time of buckets without overlap. Each bound fails on per-round ratios that break it."""
-    assert 'assert check["always"]' in cell(10) and 'timing_claim(check["idle"]' in cell(10)
+    assert 'assert check["always"]' in cell("05a", 11) and 'timing_claim(check["idle"]' in cell("05a", 11)
     assert judged(rounds()) == {"MiniDDP": (True, True), "per-parameter": (True, True)}  # the stored run's ratios
     assert judged(rounds(overlap=2.2))["MiniDDP"] == (False, False)
     assert judged(rounds(overlap=1.4))["MiniDDP"] == (True, False)
@@ -117,7 +116,7 @@ def test_minddp_speed_bounds_fail_on_a_slow_minddp_or_buckets_that_buy_nothing()
     assert judged(rounds(per_parameter=0.97 * 1.06))["per-parameter"] == (True, False)
 
 
-# ---- cell 11: buckets launched during backward with overlap, none without ----
+# ---- 05a cell 12: buckets launched during backward with overlap, none without ----
 
 @pytest.fixture(scope="module")
 def timelines():
@@ -126,10 +125,11 @@ def timelines():
 
 
 def test_the_overlap_checks_fail_on_each_others_timeline(timelines):
-    """Backs 05 cell 11: with overlap most buckets are launched before the last gradient is computed, without
+    """Backs 05a cell 12: with overlap most buckets are launched before the last gradient is computed, without
     it none. The overlap check fails on the timeline of MiniDDP without overlap, and the no-overlap check on
     the timeline with overlap; each holds on its own."""
-    assert "assert 2 * early > len(overlap[\"communication\"])" in cell(11) and "assert serial_early == 0" in cell(11)
+    shown = cell("05a", 12)
+    assert "assert 2 * early > len(overlap[\"communication\"])" in shown and "assert serial_early == 0" in shown
     for overlap, serial in ((timelines["buckets + overlap"], timelines["buckets, no overlap"]),
                             (timelines["buckets, no overlap"], timelines["buckets + overlap"])):
         (early, _), (serial_early, _) = during_backward(overlap), during_backward(serial)
@@ -138,7 +138,7 @@ def test_the_overlap_checks_fail_on_each_others_timeline(timelines):
         assert (serial_early == 0) is sound
 
 
-# ---- cell 23: DDP's settings against the default ----
+# ---- 05b cell 9: DDP's settings against the default ----
 
 def settings_rounds(**ratios):
     noise = [1.0, 1.2, 0.9, 1.1, 1.0, 1.8, 0.95, 1.05, 1.0, 1.15, 0.9, 1.0]
@@ -147,10 +147,10 @@ def settings_rounds(**ratios):
 
 
 def test_the_settings_bound_fails_on_a_setting_that_moves_the_step_time():
-    """Backs 05 cell 23: every setting's step time within STEP_TIME_BOUNDS (0.6-1.67x) of the default's, as
+    """Backs 05b cell 9: every setting's step time within STEP_TIME_BOUNDS (0.6-1.67x) of the default's, as
     the median of the per-round ratios. A setting at 1.8x or 0.5x the default's fails it, even where one
     round in twelve was slowed 1.8x for all; the stored run's 0.92-1.03x pass."""
-    assert "outside(ratios, STEP_TIME_BOUNDS)" in cell(23)
+    assert "outside(ratios, STEP_TIME_BOUNDS)" in cell("05b", 9)
     stored = against_default(settings_rounds(**{"find_unused_parameters=True": 1.03, "bucket_cap_mb=100": 0.92}))
     assert outside(stored, STEP_TIME_BOUNDS) == []
     slow = against_default(settings_rounds(**{"find_unused_parameters=True": 1.8}))
@@ -159,9 +159,9 @@ def test_the_settings_bound_fails_on_a_setting_that_moves_the_step_time():
     assert outside(fast, STEP_TIME_BOUNDS) == ["bucket_cap_mb=1 (0.50x)"]
 
 
-# ---- cell 32: DDP(compile(model))'s graphs and buckets, the whole sequence ----
+# ---- 05b cell 18: DDP(compile(model))'s graphs and buckets, the whole sequence ----
 
-SPLIT = "B3 R[w3] B2 R[b3 w2] B1 R[b2 w1] B0 R[b1 w0] R[b0]"  # cell 32's expected sequence
+SPLIT = "B3 R[w3] B2 R[b3 w2] B1 R[b2 w1] B0 R[b1 w0] R[b0]"  # 05b cell 18's expected sequence
 
 
 @pytest.fixture(scope="module")
@@ -171,12 +171,12 @@ def compiled_runs():
 
 
 def test_the_graph_and_bucket_sequence_fails_where_graphs_or_buckets_differ(compiled_runs):
-    """Backs 05 cell 32: DDP(compile(model)) with DDPOptimizer runs 4 graphs and sends 5 buckets, each as soon
+    """Backs 05b cell 18: DDP(compile(model)) with DDPOptimizer runs 4 graphs and sends 5 buckets, each as soon
     as the graph that completes it is done, in exactly this sequence, and each bucket's bytes are part 1's
     rule applied to the order the gradients arrived. The sequence check fails on the one graph of
     optimize_ddp=False and on "one bucket per graph" (what the old startswith check let through unseen),
     and the bytes check fails on buckets that do not follow the rule."""
-    assert f'assert seen == "{SPLIT}"' in cell(32)
+    assert f'assert seen == "{SPLIT}"' in cell("05b", 18)
     sound, one_graph = compiled_runs[True], compiled_runs[False]
     assert compiled_ddp.last_backward(sound) == SPLIT
     assert compiled_ddp.last_backward(one_graph) != SPLIT
@@ -184,29 +184,30 @@ def test_the_graph_and_bucket_sequence_fails_where_graphs_or_buckets_differ(comp
                  "events": [event for event in sound["events"] if event != ("all_reduce", 2048)]}
     assert compiled_ddp.last_backward(per_graph) == "B3 R[b3 w3] B2 R[b2 w2] B1 R[b1 w1] B0 R[b0 w0]" != SPLIT
 
-    close_once_reached, mib = notebook_function(8, "close_once_reached"), 2**20
+    mib = 2**20
     layer_bytes = {f"{kind}{layer}": 4 * 512 * (512 if kind == "w" else 1) for layer in range(4) for kind in "wb"}
 
-    def bytes_follow_the_rule(run):  # cell 32's check, as written there
+    def bytes_follow_the_rule(run):  # 05b cell 18's check, as written there
         arrived = [layer_bytes[name] for bucket in run["buckets"] for name in bucket]
         sent = [nbytes for kind, nbytes in run["events"] if kind == "all_reduce"]
         return sent == close_once_reached(arrived, mib, mib)
 
-    assert "assert sent == rule" in cell(32) and "rule = close_once_reached(arrived, MiB, MiB)" in cell(32)
+    shown = cell("05b", 18)
+    assert "assert sent == rule" in shown and "rule = close_once_reached(arrived, MiB, MiB)" in shown
     assert bytes_follow_the_rule(sound) and bytes_follow_the_rule(one_graph)
     assert not bytes_follow_the_rule(per_graph)  # buckets [b3 w3] ... would each hold 1 MiB + 2 KiB
 
 
-# ---- cell 34: the first compiled step pays for tracing; compiled and eager agree ----
+# ---- 05b cell 20: the first compiled step pays for tracing; compiled and eager agree ----
 
 def test_the_compile_cost_and_agreement_checks_fail_on_an_uncompiled_run_and_a_drifted_parameter():
-    """Backs 05 cell 34: the first aot_eager step takes over 5x a later one, and compiled and eager training end
+    """Backs 05b cell 20: the first aot_eager step takes over 5x a later one, and compiled and eager training end
     within 1e-6 of each other. The cost check fails on eager's own times (the stored 22 ms then 15.1 ms: no
     tracing), and the agreement check on parameters that drifted by 1e-5."""
-    assert 'traced["first"] > 5 * traced["later"]' in cell(34)
+    assert 'traced["first"] > 5 * traced["later"]' in cell("05b", 20)
     for traced, pays in (({"first": 0.945, "later": 0.0136}, True), ({"first": 0.022, "later": 0.0151}, False)):
         assert (traced["first"] > 5 * traced["later"]) is pays
-    assert 'agree_within(costs[0]["eager"]["params"], costs[0]["aot_eager"]["params"], 1e-6)' in cell(34)
+    assert 'agree_within(costs[0]["eager"]["params"], costs[0]["aot_eager"]["params"], 1e-6)' in cell("05b", 20)
     parameters = [torch.linspace(-1, 1, 512), torch.ones(512, 512)]
     drifted = [parameters[0] + 1e-5, parameters[1]]
     assert agree_within(parameters, [p.clone() for p in parameters], 1e-6)
