@@ -9,7 +9,7 @@ while one stage works, the others wait (lesson 12 measures the timeline); ``pipe
 
 Tensor parallelism splits inside a layer instead: ``Copy`` and ``Sum`` are Megatron-LM's *f* and *g*,
 and ``megatron_mlp`` the column- then row-parallel MLP block built from them, over any process group
-(lesson 12 part 3 on all ranks, part 5 on the tensor-parallel pairs of a 2-D layout).
+(lesson 12a part 3 on all ranks, lesson 12b part 2 on the tensor-parallel pairs of a 2-D layout).
 """
 
 from __future__ import annotations

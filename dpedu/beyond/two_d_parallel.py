@@ -12,7 +12,7 @@ over ``mesh["tp"]`` (DTensors), and FSDP2's ``fully_shard`` over ``mesh["dp"]``.
 A module split across *devices* (pipeline-style, half on one GPU, half on another) is wrapped in DDP
 with ``device_ids=None``: each rank owns its own devices, disjoint from every other rank's
 (``split_devices``); it trains in full float32 (``runtime.float32_precision``), as the lesson compares it with
-one CPU process, even where the ranks were started with gloo. Used in lesson 12 (part 5).
+one CPU process, even where the ranks were started with gloo. Used in lesson 12b (part 2).
 """
 
 from __future__ import annotations
