@@ -288,10 +288,10 @@ Check: lesson05.buckets_per_step([3 * 2**20] * 4, 5, 4, 2)."""),
     (5, 2): (RUBRIC, """
 4.5 M float32 parameters are 18 MB of gradients: under a 25 MB cap they all fit in one bucket, which is ready
 only when the last gradient (the first layer's) is, so its all-reduce cannot start before backward ends:
-no overlap is left. Measured (2 ranks, step_times as in part 1, 15 steps): 25 MB, 1 bucket, started 1.2 ms
+no overlap is left. Measured (2 ranks, step_times as in lesson 05a, part 1, 15 steps): 25 MB, 1 bucket, started 1.2 ms
 after the last gradient, 46.6 ms per step against torch DDP's 46.5 ms at the same cap; 5 MB, 5 buckets, 4 of
-them started before the last gradient, 45.7 ms. On this 2-core CPU the overlap buys little either way (part 1
-says why); on GPUs, where it hides communication, one bucket for the whole model throws that away.
+them started before the last gradient, 45.7 ms. On this 2-core CPU the overlap buys little either way (lesson
+05a, part 1 says why); on GPUs, where it hides communication, one bucket for the whole model throws that away.
 torch DDP, left at its default cap, keeps its first bucket at 1 MB for the same reason (passed explicitly, as
 here, 25 MB gives torch DDP one bucket too: lesson 05b, part 1)."""),
     (5, 3): (VALUE, f"""
@@ -355,15 +355,15 @@ breaks: lr 8 is past the curvature limit (part 1), so bigger batches still need 
     (8, 1): (VALUE, f"""
 {VALUES[8, 1]}: two per SyncBatchNorm layer, one in forward (sums, sums of squares and count, packed) and one in
 backward (the two gradient sums, packed), made because each layer's input, a linear layer's output, needs a
-gradient (a layer applied straight to the data makes none in backward); part 2 counted [17, 33, 32, 16] for its
-2 layers. Check: lesson08.allreduces_per_step(3, 6)."""),
+gradient (a layer applied straight to the data makes none in backward); lesson 08a's part 2 counted [17, 33, 32,
+16] for its 2 layers. Check: lesson08.allreduces_per_step(3, 6)."""),
     (8, 2): (VALUE, f"""
 n counts every value of the channel over every rank: (3 + 1) samples × 5 positions = {VALUES[8, 2]}.
 Check: lesson08.unbiased_count([3, 1], 5, 20)."""),
     (8, 3): (CODE_KIND + " + rubric", """
 GhostBatchNorm2d below, as the norm of convnet in one process × 32 for 40 steps, e.g. in your session
 equivalence.NORMS["ghost"] = lambda channels: GhostBatchNorm2d(channels, interleaved=True), then
-equivalence.train(steps=40, batch_size=32, lr=0.1, ddp=False, norm="ghost"). Measured against part 2's
+equivalence.train(steps=40, batch_size=32, lr=0.1, ddp=False, norm="ghost"). Measured against lesson 08a's part 2's
 per-replica curve (2 ranks × 16):
 - contiguous chunks (tensor_split: examples 0-15 and 16-31): not the same curve, off by up to 0.024;
 - rank 0 holds examples 0, 2, 4, ... of each global batch of 32 (DistributedSampler deals them out in turn,
@@ -373,7 +373,7 @@ What still differs: the running statistics (measured up to 0.029 apart). The gho
 per chunk, twice per step (num_batches_tracked 80 against 40), while under DDP each rank updates its own
 once per step from its chunk and DDP copies rank 0's to every rank at each forward."""),
     (8, 4): (RUBRIC, """
-Measured: part 1's sweep with 4 ranks and norm="sync": every gap below 1e-5, as with 2 ranks.
+Measured: lesson 08a's part 1 sweep with 4 ranks and norm="sync": every gap below 1e-5, as with 2 ranks.
 count_and_time with 20 steps (4 ranks × 16 hold only 22 batches per epoch), two runs each: SyncBatchNorm's 4
 all-reduces per step took 5.6 to 7.5 ms on 2 ranks (44-48 % of a 12.8-15.6 ms step) and 22.9 to 26.4 ms on 4
 ranks (59-64 % of a 38.8-41.0 ms step): about 4 times as long for twice the ranks. A good answer says why:
@@ -504,10 +504,10 @@ In timed_schedules, pass work_s = 0.4 on the last rank and 0.2 on the others. Me
 micro-batches): the step takes 0.97 s instead of 0.58 s, under GPipe and under 1F1B alike, and the idle share
 grows from 0.29 to 0.48 for both. The slowest stage sets the pace: it works 0.81 s of the 0.97 s while the
 others work 0.41 s each and spend the rest waiting for its outputs and its gradients. The schedule
-changes memory (part 2), not the pace. Balance the stages' work, not their layer counts."""),
+changes memory (lesson 12a, part 2), not the pace. Balance the stages' work, not their layer counts."""),
     (12, 4): (RUBRIC, """
 4 all-reduces per step: 2 in forward (g after each block's B) and 2 in backward (f before each block's A).
-Measured with part 3's functions on 4 ranks, two blocks in a row: the all-reduces were ['forward', 'forward',
+Measured with lesson 12a's part 3 functions on 4 ranks, two blocks in a row: the all-reduces were ['forward', 'forward',
 'backward', 'backward'], and output and input gradient equal the unsplit pair's within 1e-5.
 A good answer explains both: the second block's column-split A multiplies the whole input h (each rank's
 columns need every hidden unit), and GeLU after it is not linear, so the partial sums must be added first: g
