@@ -22,6 +22,8 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
+from dpedu.notebook.course import course_notebooks
+
 ROOT = Path(__file__).resolve().parents[1]
 CELL_BUDGET_S = {"09": 30.0, "10": 30.0, "13": 30.0}  # lessons that start torchrun, mpiexec and Slurm jobs
 
@@ -86,7 +88,7 @@ def main() -> None:
     parser.add_argument("--slowest", type=int, default=3, help="how many of the slowest cells to list")
     parser.add_argument("--stored", action="store_true", help="read the times stored by the last execution")
     options = parser.parse_args()
-    paths = options.notebooks or sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
+    paths = options.notebooks or course_notebooks(ROOT / "notebooks")[0]
     grand_total = 0.0
     for path in paths:
         total, seconds, notebook = (stored_cell_times if options.stored else cell_times)(path)

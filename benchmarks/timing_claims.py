@@ -27,6 +27,7 @@ from pathlib import Path
 
 import busy_machine
 
+from dpedu.notebook.course import lesson_id
 from dpedu.runtime.machine_load import cell_fingerprint
 
 SHORT = {"checked": "checked", "checked under load": "held, busy", "failed": "FAILED"}
@@ -36,7 +37,7 @@ NONE_JUDGED = "(no claim judged in this cell)"
 
 def code_cells() -> list[tuple[str, str, str]]:
     """(lesson number or name, cell index, source) of every code cell of the lessons."""
-    return [(path.name.split("_")[0], str(index), "".join(cell["source"]))
+    return [(lesson_id(path), str(index), "".join(cell["source"]))
             for path in sorted((busy_machine.ROOT / "notebooks").glob("*.ipynb"))
             for index, cell in enumerate(json.loads(path.read_text())["cells"]) if cell["cell_type"] == "code"]
 

@@ -36,12 +36,13 @@ from stored_outputs import differences
 
 from dpedu import free_port
 from dpedu.notebook import handout
+from dpedu.notebook.course import course_notebooks
 from dpedu.runtime.failures import leftover_processes
 
 playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright (requirements-test.txt)")
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted([*(ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"), *(ROOT / "notebooks").glob("appendix_*.ipynb")])
+NOTEBOOKS = [*course_notebooks()[0], *course_notebooks()[1]]
 SCREENSHOTS = ROOT / ".browser-failures"
 CHROMIUM = os.environ.get("DPEDU_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 # Seconds for "Run All" of one notebook on 2 cores: a hang detector, not the time budget (benchmarks/cell_times.py
@@ -366,7 +367,7 @@ def test_the_check_catches_an_error_a_stale_output_and_an_explorer_that_does_not
 def test_the_handout_opens_with_every_lesson_fetches_nothing_and_prints_each_lesson_on_new_pages(browser, tmp_path):
     out = tmp_path / "handout.html"
     handout.main([str(out)])
-    lessons = len(list((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb")))
+    lessons = len(course_notebooks()[0])
     page = browser.new_page()
     try:
         requested: list[str] = []

@@ -13,6 +13,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import busy_machine  # noqa: E402
 import timing_claims  # noqa: E402
 
+from dpedu.notebook.course import lesson_id  # noqa: E402
 from dpedu.runtime.machine_load import cell_fingerprint  # noqa: E402
 
 
@@ -22,7 +23,7 @@ def a_timing_cell() -> tuple[str, str, str]:
         for index, cell in enumerate(json.loads(path.read_text())["cells"]):
             source = "".join(cell["source"])
             if cell["cell_type"] == "code" and "timing_claim(" in source and "import" not in source:
-                return path.name.split("_")[0], str(index), cell_fingerprint(source)
+                return lesson_id(path), str(index), cell_fingerprint(source)
     raise AssertionError("no lesson judges a timing claim")
 
 
@@ -65,7 +66,7 @@ def test_a_claim_checked_in_no_pass_reruns_its_lesson_alone_and_fails_if_still_u
 
     def run(notebooks, together, busy_core, record, ci_pass):
         assert ci_pass == "rerun alone" and not together and not busy_core
-        rerun.extend(path.name.split("_")[0] for path in notebooks)
+        rerun.extend(lesson_id(path) for path in notebooks)
         with open(record, "a") as file:
             file.write(judgement(cell, "fast", rerun_verdict, "rerun alone", "busy now"))
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from dpedu.notebook import handout
-from dpedu.notebook.course import lesson_id
+from dpedu.notebook.course import course_notebooks, lesson_id
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
@@ -26,7 +26,7 @@ def sections():
 
 
 def test_a_section_per_lesson_in_order_then_the_myths(sections):
-    lessons = sorted(NOTEBOOKS.glob("[0-9][0-9]*_*.ipynb"))
+    lessons = course_notebooks(NOTEBOOKS)[0]
     assert len(sections) == len(lessons) + 1
     for notebook, section in zip(lessons, sections, strict=False):
         assert re.search(rf"<h1>{lesson_id(notebook)} · ", section), notebook.name
@@ -34,7 +34,7 @@ def test_a_section_per_lesson_in_order_then_the_myths(sections):
 
 
 def test_every_bullet_of_every_what_to_remember_is_there(sections):
-    for notebook, section in zip(sorted(NOTEBOOKS.glob("[0-9][0-9]*_*.ipynb")), sections, strict=False):
+    for notebook, section in zip(course_notebooks(NOTEBOOKS)[0], sections, strict=False):
         bullets = re.findall(r"^- ", markdown_of(notebook, handout.REMEMBER), re.M)
         assert section.count("<li>") == len(bullets) > 0, notebook.name
 

@@ -10,6 +10,7 @@ import pytest
 
 from dpedu.data_parallel import mini_ddp
 from dpedu.notebook import explore, progress, show_source, widgets_enabled
+from dpedu.notebook.course import lesson_id
 from dpedu.notebook.show import _is_check, _is_docstring, fold_checks
 from dpedu.sgd import staleness
 
@@ -125,7 +126,7 @@ def _shown_objects():
         exec("\n".join(_course_imports(tree) for tree in trees), namespace)
         for tree in trees:
             for expression in _shown_expressions(tree):
-                yield f"{notebook.name.split('_')[0]}: {expression}", eval(expression, namespace)
+                yield f"{lesson_id(notebook)}: {expression}", eval(expression, namespace)
 
 
 def test_every_shown_object_is_found_in_loops_and_in_the_course_scripts():

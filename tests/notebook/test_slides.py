@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from dpedu.notebook import slides
-from dpedu.notebook.course import lesson_id
+from dpedu.notebook.course import course_notebooks, lesson_id
 from dpedu.notebook.opened_alone import FIRST_CELL
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
-DECKS = sorted([*NOTEBOOKS.glob("[0-9][0-9]*_*.ipynb"), *NOTEBOOKS.glob("appendix_*.ipynb")])
+DECKS = [*course_notebooks(NOTEBOOKS)[0], *course_notebooks(NOTEBOOKS)[1]]
 CHROMIUM = os.environ.get("DPEDU_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]  # nothing fetched from outside
@@ -330,7 +330,7 @@ def test_on_a_4_3_projector_only_a_single_part_taller_than_the_screen_scrolls(de
                 page.goto(path.as_uri())
                 sizes = page.evaluate(measure)
                 screens += len(sizes)
-                too_tall[name.split("_")[0]] = [(n, round(high / seen, 1), parts) for n, high, seen, parts in sizes
+                too_tall[lesson_id(name)] = [(n, round(high / seen, 1), parts) for n, high, seen, parts in sizes
                                       if high > 1.15 * seen]  # "about a screen": the cut is estimated, not measured
         finally:
             browser.close()
