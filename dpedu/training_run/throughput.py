@@ -136,14 +136,15 @@ def controlled_steps(compute_seconds: Sequence[float], elements: int, *, steps: 
 # Lesson 13's checks of these measurements. Each says what it asserts and why that bound; tests/claims feeds
 # each a broken measurement and requires it to fail.
 
-def round_ratio(fitting_seconds: Sequence[float], oversubscribed_seconds: Sequence[float]) -> float:
-    """The median, over rounds, of each round's oversubscribed time over its fitting time. The two runs of a
-    round follow each other within a fraction of a second, so a slow spell between the gate's readings (another
-    program, or a cloud host slowing its CPUs unseen) slows both of a round alike, or moves the ratio of the one
-    or two rounds it begins or ends in: not their median."""
-    if len(fitting_seconds) != len(oversubscribed_seconds) or not fitting_seconds:
-        raise ValueError("fitting_seconds and oversubscribed_seconds must hold one time per round, as many of each")
-    return statistics.median(over / fit for fit, over in zip(fitting_seconds, oversubscribed_seconds, strict=True))
+def round_ratio(base: Sequence[float], compared: Sequence[float]) -> float:
+    """The median, over rounds, of each round's ``compared`` value over its ``base`` value: lesson 13's
+    oversubscribed time over the fitting one (cell 38), and n ranks' samples/s over one process's (cell 46).
+    The runs of a round follow each other within a few seconds, so a slow spell between the gate's readings
+    (another program, or a cloud host slowing its CPUs unseen) slows a whole round alike, or moves the ratio of
+    the one or two rounds it begins or ends in: not their median."""
+    if len(base) != len(compared) or not base:
+        raise ValueError("base and compared must hold one value per round, as many of each")
+    return statistics.median(other / first for first, other in zip(base, compared, strict=True))
 
 
 def oversubscription_slows(time_ratio: float, *, at_least: float) -> bool:
@@ -160,14 +161,16 @@ def within_the_cores(efficiency: float, ranks: int, usable: int, *, noise: float
     return efficiency <= min(ranks, usable) / ranks * noise
 
 
-def faster_not_twice(one: float, two: float) -> bool:
-    """Lesson 13's claim of 2 ranks on 2 free cores: more than 1.1 times one process's samples/s, less than twice."""
-    return 1.1 * one < two < 2 * one
+def faster_not_twice(speedup: float) -> bool:
+    """Lesson 13's claim of 2 ranks on 2 free cores: ``speedup`` (their samples/s over one process's, from
+    ``round_ratio``) more than 1.1, less than 2."""
+    return 1.1 < speedup < 2
 
 
-def no_faster_than(more: float, fewer: float, *, margin: float = 1.15) -> bool:
-    """More ranks than cores do not beat fewer (samples/s ``more`` at most ``margin`` times ``fewer``'s)."""
-    return more <= margin * fewer
+def no_faster_than(ratio: float, *, margin: float = 1.15) -> bool:
+    """More ranks than cores do not beat fewer: ``ratio`` (the more ranks' samples/s over the fewer's, from
+    ``round_ratio``) at most ``margin``."""
+    return ratio <= margin
 
 
 def flat(seconds: Sequence[float], *, within: float = 3.0) -> bool:
