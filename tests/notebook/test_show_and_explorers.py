@@ -11,7 +11,7 @@ import pytest
 from dpedu.data_parallel import mini_ddp
 from dpedu.notebook import explore, progress, show_source, widgets_enabled
 from dpedu.notebook.course import lesson_id
-from dpedu.notebook.show import _is_check, _is_docstring, fold_checks
+from dpedu.notebook.show import _is_check, _is_docstring, fold_checks, source_with_location
 from dpedu.sgd import staleness
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
@@ -117,22 +117,32 @@ def _shown_expressions(tree: ast.Module):
 
 
 def _shown_objects():
-    """Every object a notebook passes to ``show_source``, evaluated with the notebook's imports."""
+    """Every object a notebook passes to ``show_source``, evaluated with the notebook's imports, with the text its
+    cell stored."""
     for notebook in sorted(NOTEBOOKS.glob("*.ipynb")):
+        cells = [cell for cell in json.loads(notebook.read_text())["cells"] if cell["cell_type"] == "code"]
         trees = [ast.parse("\n".join("" if line.lstrip().startswith(("%", "!")) else line  # magics
                                      for line in "".join(cell["source"]).splitlines()))
-                 for cell in json.loads(notebook.read_text())["cells"] if cell["cell_type"] == "code"]
+                 for cell in cells]
         namespace: dict = {}
         exec("\n".join(_course_imports(tree) for tree in trees), namespace)
-        for tree in trees:
+        for tree, cell in zip(trees, cells, strict=True):
+            stored = "".join("".join(output.get("data", {}).get("text/plain", "")) for output in cell["outputs"])
             for expression in _shown_expressions(tree):
-                yield f"{lesson_id(notebook)}: {expression}", eval(expression, namespace)
+                yield f"{lesson_id(notebook)}: {expression}", eval(expression, namespace), stored
 
 
 def test_every_shown_object_is_found_in_loops_and_in_the_course_scripts():
-    shown = [where for where, _ in _shown_objects()]
+    shown = [where for where, _, _ in _shown_objects()]
     assert "12a: model_parallel.megatron_mlp" in shown  # shown in a loop over a tuple
     assert "13: train_addition.train" in shown  # a course script (dpedu.scripts)
+
+
+def test_every_shown_source_a_lesson_stored_is_the_source_as_it_is_now():
+    """An edit of dpedu that changes or moves the lines a lesson shows leaves that lesson's stored output stale,
+    which otherwise only running the lesson (nbval, the browser test) finds: execute that lesson again."""
+    stale = [where for where, obj, stored in _shown_objects() if source_with_location(obj).rstrip("\n") not in stored]
+    assert not stale, f"stored show_source outputs that no longer match dpedu's source: {stale}"
 
 
 def _guard_like(statement: ast.stmt, module_globals: dict) -> bool:
@@ -149,7 +159,7 @@ def _guard_like(statement: ast.stmt, module_globals: dict) -> bool:
 
 def test_no_function_a_lesson_shows_opens_with_argument_checks():
     opening_with_checks = []
-    for where, obj in _shown_objects():
+    for where, obj, _ in _shown_objects():
         lines, first = inspect.getsourcelines(obj)
         module_globals = vars(inspect.getmodule(obj))
         for node in ast.walk(ast.parse(fold_checks(textwrap.dedent("".join(lines)), first))):
