@@ -50,6 +50,7 @@ VALUES: dict[tuple[int, int], object] = {
     (8, 1): 6,
     (8, 2): 20,
     (8, 5): {"sampler": True, "dropout": False},
+    (8, 6): {"seed + worker_id": 2, "seed + rank + worker_id": 5, "seed + rank * num_workers + worker_id": 8},
     (9, 1): 19,
     (9, 3): 4.13,
     (9, 4): 1.0 / (2 * 7 / 8 * 4 / 1.25e9),
@@ -67,6 +68,7 @@ VALUES: dict[tuple[int, int], object] = {
     (12, 1): {8: 3 / 11, 16: 3 / 19, "fewest micro-batches under 10 %": 28},
     (12, 2): {"1f1b": 3, "gpipe": 8},
     (12, 5): {"tensor_parallel": 4, "pipeline_parallel": 1, "zero_stage": 2},
+    (12, 6): {"tensor": [4, 5, 6, 7], "data": [2, 6]},
     (13, 1): 16,
     (13, 2): 8,
     (13, 3): 3e-3 * 51 / 100,
@@ -386,6 +388,13 @@ sits on the critical path."""),
 The sampler: yes, the same seed on every rank (True), or the shards overlap and miss examples (lesson 08b,
 part 1: 1076 of 1438 digits read, 362 twice). Dropout: no (False): with one seed every rank draws the same
 masks. Check: lesson08.must_share_seed("sampler", True) and lesson08.must_share_seed("dropout", False)."""),
+    (8, 6): (VALUE, """
+4 ranks × 2 workers, seed 0. seed + worker_id: every rank's worker 0 seeds 0 and its worker 1 seeds 1, so 2
+distinct streams, each drawn on 4 ranks at once, as one seed everywhere was for dropout (part 1). seed + rank +
+worker_id: the seeds are 0 1, 1 2, 2 3, 3 4, so 5 distinct: rank r's worker 1 repeats rank r + 1's worker 0.
+seed + rank * num_workers + worker_id: 0 1, 2 3, 4 5, 6 7, all 8 distinct, as a generator seeded with seed + rank
+makes them (part 1). Check: lesson08.distinct_worker_streams("seed + rank + worker_id", 4, 2, 5), and 2 and 8
+for the other two."""),
     (9, 1): (VALUE, f"""
 RANK = GROUP_RANK × LOCAL_WORLD_SIZE + LOCAL_RANK = 2 × 8 + 3 = {VALUES[9, 1]}
 (check: lesson09.global_rank(8, 2, 3, 19))."""),
@@ -522,6 +531,12 @@ tensor parallelism t each GPU holds Ψ/t and ZeRO divides by 64/t: t = 2 gives 5
 80), t = 4 gives 280, 83.1 and 50.3 GB, the first to fit. (ZeRO-3 alone would fit at 16Ψ/64 = 17.5 GB, for 1.5
 times DDP's traffic.) A good answer adds that activations come on top, so the 30 GB left is what the
 micro-batch and recomputation must fit in (that part's remedies), and that t stays within a node of 8 GPUs."""),
+    (12, 6): (VALUE, """
+8 ranks, t = 4: the tensor-parallel groups are consecutive ranks, [0, 1, 2, 3] and [4, 5, 6, 7], each one
+replica whose layers are split four ways; the data-parallel groups take every 4th rank, [0, 4], [1, 5], [2, 6]
+and [3, 7], the ranks holding the same slice in each replica. Rank 6: tensor [4, 5, 6, 7], data [2, 6] (check:
+lesson12.group_ranks(8, 4, 6, "tensor", [4, 5, 6, 7]) and lesson12.group_ranks(8, 4, 6, "data", [2, 6])). Its
+activations' all-reduces go to 4, 5 and 7, its gradients' to 2 alone."""),
     (13, 1): (VALUE + " + " + RUBRIC, f"""
 96 / (3 ranks x 2 micro-batches) = {VALUES[13, 1]} examples per forward-backward
 (check: lesson13.micro_batch(96, 3, 2, {VALUES[13, 1]})). 64 is not a multiple of 3: no equal split of the

@@ -1,10 +1,14 @@
-"""Checks for lesson 08's exercises, 08a's and 08b's: each runs SyncBatchNorm, the sampler or dropout on real ranks."""
+"""Checks for lesson 08's exercises, 08a's and 08b's: each runs SyncBatchNorm, the sampler, dropout or DataLoader
+workers on real ranks."""
 
 from __future__ import annotations
+
+from functools import partial
 
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.utils.data import DataLoader, get_worker_info
 from torch.utils.data.distributed import DistributedSampler
 
 from dpedu._validate import whole
@@ -80,3 +84,43 @@ def unbiased_count(batch_sizes: list[int], spatial: int, answer: int) -> bool:
                            f"times n/(n - 1) for n = {truth}")
     return verdict(answer == truth, "count every value of the channel: samples on every rank times positions "
                                     "per sample")
+
+
+# A worker_init_fn's seed, by rule: what scripts write, with seed 0, this rank and the loader's worker count
+WORKER_SEEDS = {
+    "seed + worker_id": lambda rank, workers, worker_id: worker_id,
+    "seed + rank + worker_id": lambda rank, workers, worker_id: rank + worker_id,
+    "seed + rank * num_workers + worker_id": lambda rank, workers, worker_id: rank * workers + worker_id,
+}
+
+
+def _reseed(rule: str, rank: int, workers: int, worker_id: int) -> None:
+    torch.manual_seed(WORKER_SEEDS[rule](rank, workers, worker_id))
+
+
+def _draw(_: int) -> tuple[int, int]:
+    """In a worker: its id and a draw from torch's stream, which its worker_init_fn seeded."""
+    return get_worker_info().id, torch.randint(2**62, ()).item()
+
+
+def _worker_draws(rule: str, workers: int) -> dict[int, int]:
+    rank = dist.get_rank()
+    loader = DataLoader(list(range(workers)), batch_size=None, num_workers=workers, collate_fn=_draw,
+                        worker_init_fn=partial(_reseed, rule, rank, workers))
+    return dict(loader)  # read to its end: the workers are stopped and reaped (persistent_workers=False)
+
+
+def distinct_worker_streams(rule: str, world_size: int, num_workers: int, answer: int) -> bool:
+    """Each of ``world_size`` ranks reads a ``DataLoader`` with ``num_workers`` workers, whose ``worker_init_fn``
+    calls ``torch.manual_seed(rule)`` (``rule`` one of ``WORKER_SEEDS``, with seed 0). How many of the workers
+    draw distinct random streams?"""
+    if rule not in WORKER_SEEDS:
+        raise ValueError(f"rule must be one of {', '.join(repr(r) for r in WORKER_SEEDS)}, got {rule!r}")
+    whole("world_size", world_size, 2, maximum=4)
+    whole("num_workers", num_workers, maximum=4)
+    if isinstance(answer, bool) or not isinstance(answer, int):
+        raise TypeError(f"answer must be a whole number of workers, got {answer!r}")
+    draws = launch(_worker_draws, world_size, args=(rule, num_workers))
+    truth = len({draw for per_worker in draws for draw in per_worker.values()})
+    return verdict(answer == truth, "write down each (rank, worker) pair's seed: workers whose seeds are equal draw "
+                                    "the same numbers")

@@ -1,12 +1,16 @@
-"""Checks for lesson 12's exercises, 12a's and 12b's: the pipeline's bubble, 1F1B's memory, and a layout from
-the memory calculator."""
+"""Checks for lesson 12's exercises, 12a's and 12b's: the pipeline's bubble, 1F1B's memory, a layout from the
+memory calculator, and the process subgroups of data × tensor parallelism."""
 
 from __future__ import annotations
+
+import torch.distributed as dist
 
 from dpedu._validate import whole
 from dpedu.beyond.parallelism_plan import options
 from dpedu.beyond.pipeline import bubble_fraction, peak_in_flight, schedule
+from dpedu.beyond.two_d_parallel import subgroups
 from dpedu.exercises import close, number, verdict
+from dpedu.runtime.launcher import launch
 
 
 def bubble(stages: int, micro_batches: int, answer: float) -> bool:
@@ -46,3 +50,28 @@ def layout_without_zero3(params: float, gpus: int, gpu_memory_gb: float, tensor_
     return verdict(answer == (first.tensor_parallel, first.pipeline_parallel, first.zero_stage),
                    "data parallelism alone first (DDP, ZeRO-1, ZeRO-2), then tensor parallelism 2, 4, 8, each with "
                    "DDP, ZeRO-1, ZeRO-2: each GPU holds 1/t of the parameters, and ZeRO divides by the rest")
+
+
+def _groups_of_every_rank(tensor_parallel: int) -> dict[str, list[int]]:
+    tensor, data = subgroups(tensor_parallel)
+    return {"tensor": dist.get_process_group_ranks(tensor), "data": dist.get_process_group_ranks(data)}
+
+
+def group_ranks(world_size: int, tensor_parallel: int, rank: int, group: str, answer: list[int]) -> bool:
+    """``world_size`` ranks split into ``tensor_parallel``-way tensor parallelism by lesson 12b's
+    ``two_d_parallel.subgroups``: which ranks (in any order) are in rank ``rank``'s ``group``, "tensor" or
+    "data"? Built on real ranks with ``dist.new_group``."""
+    whole("world_size", world_size, 2, maximum=8)
+    whole("tensor_parallel", tensor_parallel, maximum=world_size)
+    if world_size % tensor_parallel:
+        raise ValueError(f"tensor_parallel must divide world_size {world_size}, got {tensor_parallel}")
+    whole("rank", rank, 0, maximum=world_size - 1)
+    if group not in ("tensor", "data"):
+        raise ValueError(f"group must be 'tensor' or 'data', got {group!r}")
+    if not isinstance(answer, (list, tuple, set)) or not all(isinstance(r, int) and not isinstance(r, bool)
+                                                             for r in answer):
+        raise TypeError(f"answer must be a list of ranks, got {answer!r}")
+    truth = launch(_groups_of_every_rank, world_size, args=(tensor_parallel,))[rank][group]
+    return verdict(sorted(answer) == sorted(truth), "a tensor-parallel group is t consecutive ranks (one replica's "
+                                                    "slices); a data-parallel group takes every t-th rank (the same "
+                                                    "slice in every replica)")

@@ -134,6 +134,7 @@ def test_lesson08_answers_pass_the_checks():
     assert lesson08.allreduces_per_step(3, values[8, 1])
     assert all(lesson08.must_share_seed(what, share) for what, share in values[8, 5].items())
     assert lesson08.unbiased_count([3, 1], 5, values[8, 2])
+    assert all(lesson08.distinct_worker_streams(rule, 4, 2, count) for rule, count in values[8, 6].items())
 
 
 def test_lesson08_ghost_batch_norm_normalises_each_chunk_on_its_own():
@@ -174,6 +175,7 @@ def test_lesson12_and_13_answers_pass_the_checks():
     assert bubble_fraction(4, fewest) < 0.1 <= bubble_fraction(4, fewest - 1)
     assert all(lesson12.micro_batches_kept(kind, 4, 8, 1, kept) for kind, kept in values[12, 2].items())
     assert lesson12.layout_without_zero3(70e9, 64, 80, *values[12, 5].values())
+    assert all(lesson12.group_ranks(8, 4, 6, group, ranks) for group, ranks in values[12, 6].items())
     assert lesson13.micro_batch(96, 3, 2, values[13, 1])
     assert lesson13.padding(1000, 16, values[13, 2])
     assert lesson13.learning_rate_at(50, values[13, 3])

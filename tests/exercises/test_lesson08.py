@@ -31,6 +31,15 @@ def test_unbiased_count_check_calls_what_is_not_a_count_wrong_before_launching(m
     assert "whole number" in capsys.readouterr().out
 
 
+def test_worker_streams_check_counts_the_seeds_real_workers_drew_from():
+    """The rule's count on real ranks and workers: 3 ranks x 2 workers give 2, 4 and 6 distinct streams, and a
+    count that believes seed + rank + worker_id separates every worker (6) fails."""
+    counts = {"seed + worker_id": 2, "seed + rank + worker_id": 4, "seed + rank * num_workers + worker_id": 6}
+    for rule, count in counts.items():
+        assert lesson08.distinct_worker_streams(rule, 3, 2, count)
+    assert not lesson08.distinct_worker_streams("seed + rank + worker_id", 3, 2, 6)
+
+
 @pytest.mark.parametrize(("call", "error", "name"), [
     (lambda: lesson08.allreduces_per_step(0, 0), ValueError, "norm_layers"),
     (lambda: lesson08.allreduces_per_step(100, 0), ValueError, "norm_layers must be an int from 1 to 8"),
@@ -40,6 +49,10 @@ def test_unbiased_count_check_calls_what_is_not_a_count_wrong_before_launching(m
     (lambda: lesson08.unbiased_count([3, 0], 5, 15), ValueError, "batch_sizes"),
     (lambda: lesson08.unbiased_count([3, 1], 0, 15), ValueError, "spatial"),
     (lambda: lesson08.unbiased_count("3, 1", 5, 4), ValueError, "batch_sizes"),
+    (lambda: lesson08.distinct_worker_streams("seed", 2, 2, 2), ValueError, "rule must be one of"),
+    (lambda: lesson08.distinct_worker_streams("seed + worker_id", 1, 2, 2), ValueError, "world_size"),
+    (lambda: lesson08.distinct_worker_streams("seed + worker_id", 2, 0, 2), ValueError, "num_workers"),
+    (lambda: lesson08.distinct_worker_streams("seed + worker_id", 2, 2, "2"), TypeError, "answer"),
 ])
 def test_bad_arguments_are_refused_by_name(call, error, name):
     with pytest.raises(error, match=name):

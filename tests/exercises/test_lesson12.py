@@ -23,6 +23,21 @@ def test_layout_without_zero3_check():
         lesson12.layout_without_zero3(70e9, 8, 16, 8, 1, 2)
 
 
+def test_group_ranks_check_reads_the_groups_real_ranks_built():
+    assert lesson12.group_ranks(4, 2, 3, "tensor", [2, 3]) and lesson12.group_ranks(4, 2, 3, "data", (3, 1))
+    assert not lesson12.group_ranks(4, 2, 3, "data", [2, 3])  # the tensor-parallel group, for the data one
+    assert lesson12.group_ranks(6, 3, 4, "data", [1, 4]) and not lesson12.group_ranks(6, 3, 4, "data", [4, 5])
+
+
+def test_group_ranks_check_sees_groups_whose_kinds_are_swapped(monkeypatch):
+    """Broken: ranks that report their data-parallel group as the tensor one (and back) fail the right answer. The
+    swap is made where the ranks' results arrive, so that it holds whatever the start method."""
+    real = lesson12.launch
+    monkeypatch.setattr(lesson12, "launch", lambda *args, **kwargs: [
+        {"tensor": groups["data"], "data": groups["tensor"]} for groups in real(*args, **kwargs)])
+    assert not lesson12.group_ranks(4, 2, 3, "tensor", [2, 3])
+
+
 @pytest.mark.parametrize(("call", "error", "name"), [
     (lambda: lesson12.layout_without_zero3(70e9, 64, 80, 4, 1, 4), ValueError, "zero_stage"),
     (lambda: lesson12.layout_without_zero3(70e9, 64, 80, 0, 1, 2), ValueError, "tensor_parallel"),
@@ -32,6 +47,11 @@ def test_layout_without_zero3_check():
     (lambda: lesson12.bubble(4, 8, "0.27"), TypeError, "answer must be a number"),
     (lambda: lesson12.bubble(4, 8, True), TypeError, "answer must be a number"),
     (lambda: lesson12.micro_batches_kept("1f1b", 4, 8, 1, "3"), TypeError, "answer must be a number"),
+    (lambda: lesson12.group_ranks(1, 1, 0, "data", [0]), ValueError, "world_size"),
+    (lambda: lesson12.group_ranks(6, 4, 0, "data", [0]), ValueError, "tensor_parallel must divide"),
+    (lambda: lesson12.group_ranks(4, 2, 4, "data", [0]), ValueError, "rank"),
+    (lambda: lesson12.group_ranks(4, 2, 0, "pipeline", [0]), ValueError, "group"),
+    (lambda: lesson12.group_ranks(4, 2, 0, "data", "0, 2"), TypeError, "answer"),
 ])
 def test_bad_arguments_are_refused_by_name(call, error, name):
     with pytest.raises(error, match=name):
