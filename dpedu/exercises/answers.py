@@ -392,9 +392,12 @@ masks. Check: lesson08.must_share_seed("sampler", True) and lesson08.must_share_
 4 ranks × 2 workers, seed 0. seed + worker_id: every rank's worker 0 seeds 0 and its worker 1 seeds 1, so 2
 distinct streams, each drawn on 4 ranks at once, as one seed everywhere was for dropout (part 1). seed + rank +
 worker_id: the seeds are 0 1, 1 2, 2 3, 3 4, so 5 distinct: rank r's worker 1 repeats rank r + 1's worker 0.
-seed + rank * num_workers + worker_id: 0 1, 2 3, 4 5, 6 7, all 8 distinct, as a generator seeded with seed + rank
-makes them (part 1). Check: lesson08.distinct_worker_streams("seed + rank + worker_id", 4, 2, 5), and 2 and 8
-for the other two."""),
+seed + rank * num_workers + worker_id: 0 1, 2 3, 4 5, 6 7, all 8 distinct. Check:
+lesson08.distinct_worker_streams("seed + rank + worker_id", 4, 2, 5), and 2 and 8 for the other two. Even the
+third rule mends less than a generator seeded with seed + rank (part 1): it reseeds torch's stream alone, so
+Python's random and NumPy keep the seeds the loader gave them, the same on every rank when the global seed is;
+and it gives a worker the same seed every epoch, so each epoch repeats the last one's draws. A good answer
+names both, and mends them: add the epoch to the seed, and seed random and NumPy from it too."""),
     (9, 1): (VALUE, f"""
 RANK = GROUP_RANK × LOCAL_WORLD_SIZE + LOCAL_RANK = 2 × 8 + 3 = {VALUES[9, 1]}
 (check: lesson09.global_rank(8, 2, 3, 19))."""),

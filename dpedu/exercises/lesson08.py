@@ -3,6 +3,7 @@ workers on real ranks."""
 
 from __future__ import annotations
 
+import warnings
 from functools import partial
 
 import torch
@@ -105,15 +106,17 @@ def _draw(_: int) -> tuple[int, int]:
 
 def _worker_draws(rule: str, workers: int) -> dict[int, int]:
     rank = dist.get_rank()
-    loader = DataLoader(list(range(workers)), batch_size=None, num_workers=workers, collate_fn=_draw,
-                        worker_init_fn=partial(_reseed, rule, rank, workers))
-    return dict(loader)  # read to its end: the workers are stopped and reaped (persistent_workers=False)
+    with warnings.catch_warnings():  # more workers than cores: torch's advice to use fewer, not this question's
+        warnings.filterwarnings("ignore", message="This DataLoader will create")
+        loader = DataLoader(list(range(workers)), batch_size=None, num_workers=workers, collate_fn=_draw,
+                            worker_init_fn=partial(_reseed, rule, rank, workers))
+        return dict(loader)  # read to its end: the workers are stopped and reaped (persistent_workers=False)
 
 
 def distinct_worker_streams(rule: str, world_size: int, num_workers: int, answer: int) -> bool:
     """Each of ``world_size`` ranks reads a ``DataLoader`` with ``num_workers`` workers, whose ``worker_init_fn``
-    calls ``torch.manual_seed(rule)`` (``rule`` one of ``WORKER_SEEDS``, with seed 0). How many of the workers
-    draw distinct random streams?"""
+    calls ``torch.manual_seed(rule)`` (``rule`` one of ``WORKER_SEEDS``, with seed 0). How many distinct random
+    streams do the workers draw from?"""
     if rule not in WORKER_SEEDS:
         raise ValueError(f"rule must be one of {', '.join(repr(r) for r in WORKER_SEEDS)}, got {rule!r}")
     whole("world_size", world_size, 2, maximum=4)

@@ -3,6 +3,8 @@ memory calculator, and the process subgroups of data × tensor parallelism."""
 
 from __future__ import annotations
 
+from numbers import Integral
+
 import torch.distributed as dist
 
 from dpedu._validate import whole
@@ -52,26 +54,28 @@ def layout_without_zero3(params: float, gpus: int, gpu_memory_gb: float, tensor_
                    "DDP, ZeRO-1, ZeRO-2: each GPU holds 1/t of the parameters, and ZeRO divides by the rest")
 
 
-def _groups_of_every_rank(tensor_parallel: int) -> dict[str, list[int]]:
-    tensor, data = subgroups(tensor_parallel)
+def _groups_of_every_rank(tensor_parallel_size: int) -> dict[str, list[int]]:
+    tensor, data = subgroups(tensor_parallel_size)
     return {"tensor": dist.get_process_group_ranks(tensor), "data": dist.get_process_group_ranks(data)}
 
 
-def group_ranks(world_size: int, tensor_parallel: int, rank: int, group: str, answer: list[int]) -> bool:
-    """``world_size`` ranks split into ``tensor_parallel``-way tensor parallelism by lesson 12b's
+def group_ranks(world_size: int, tensor_parallel_size: int, rank: int, group: str, answer: list[int]) -> bool:
+    """``world_size`` ranks split into ``tensor_parallel_size``-way tensor parallelism by lesson 12b's
     ``two_d_parallel.subgroups``: which ranks (in any order) are in rank ``rank``'s ``group``, "tensor" or
     "data"? Built on real ranks with ``dist.new_group``."""
     whole("world_size", world_size, 2, maximum=8)
-    whole("tensor_parallel", tensor_parallel, maximum=world_size)
-    if world_size % tensor_parallel:
-        raise ValueError(f"tensor_parallel must divide world_size {world_size}, got {tensor_parallel}")
+    whole("tensor_parallel_size", tensor_parallel_size, maximum=world_size)
+    if world_size % tensor_parallel_size:
+        raise ValueError(f"tensor_parallel_size must divide world_size {world_size}, got {tensor_parallel_size}")
     whole("rank", rank, 0, maximum=world_size - 1)
     if group not in ("tensor", "data"):
         raise ValueError(f"group must be 'tensor' or 'data', got {group!r}")
-    if not isinstance(answer, (list, tuple, set)) or not all(isinstance(r, int) and not isinstance(r, bool)
+    if not isinstance(answer, (list, tuple, set)) or not all(isinstance(r, Integral) and not isinstance(r, bool)
                                                              for r in answer):
         raise TypeError(f"answer must be a list of ranks, got {answer!r}")
-    truth = launch(_groups_of_every_rank, world_size, args=(tensor_parallel,))[rank][group]
-    return verdict(sorted(answer) == sorted(truth), "a tensor-parallel group is t consecutive ranks (one replica's "
-                                                    "slices); a data-parallel group takes every t-th rank (the same "
-                                                    "slice in every replica)")
+    if len(set(answer)) != len(answer):
+        return verdict(False, "name each rank of the group once")
+    truth = launch(_groups_of_every_rank, world_size, args=(tensor_parallel_size,))[rank][group]
+    return verdict(sorted(int(r) for r in answer) == sorted(truth),
+                   "a tensor-parallel group is t consecutive ranks (one replica's slices); a data-parallel group "
+                   "takes every t-th rank (the same slice in every replica)")

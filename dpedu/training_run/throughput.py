@@ -11,7 +11,7 @@ Measured inside ranks started by ``dpedu.launch`` (every function here but the l
   size, timed alone, so that what communication costs beside compute is measured without ranks competing for
   the cores.
 
-Lesson 13's checks of these measurements are functions here too (``oversubscription_slows``,
+Lesson 13's checks of these measurements are functions here too (``round_ratio``, ``oversubscription_slows``,
 ``within_the_cores``, ``faster_not_twice``, ``no_faster_than``, ``flat``), so that the lesson asserts them and
 ``tests/claims`` shows each one failing on a broken measurement.
 
@@ -35,8 +35,9 @@ from dpedu.training_run.addition import VOCABULARY, addition_splits, sequence_le
 from dpedu.training_run.gpt import GPT
 from dpedu.training_run.step import resolve_precision, train_step
 
-__all__ = ["training_throughput", "matmul_seconds", "controlled_steps", "oversubscription_slows", "within_the_cores",
-           "faster_not_twice", "no_faster_than", "flat", "exposed_communication", "scaling_efficiency"]
+__all__ = ["training_throughput", "matmul_seconds", "controlled_steps", "round_ratio", "oversubscription_slows",
+           "within_the_cores", "faster_not_twice", "no_faster_than", "flat", "exposed_communication",
+           "scaling_efficiency"]
 
 
 def _device() -> torch.device:
@@ -137,11 +138,10 @@ def controlled_steps(compute_seconds: Sequence[float], elements: int, *, steps: 
 # each a broken measurement and requires it to fail.
 
 def round_ratio(base: Sequence[float], compared: Sequence[float]) -> float:
-    """The median, over rounds, of each round's ``compared`` value over its ``base`` value: lesson 13's
-    oversubscribed time over the fitting one (cell 38), and n ranks' samples/s over one process's (cell 46).
-    The runs of a round follow each other within a few seconds, so a slow spell between the gate's readings
-    (another program, or a cloud host slowing its CPUs unseen) slows a whole round alike, or moves the ratio of
-    the one or two rounds it begins or ends in: not their median."""
+    """The median over rounds of each round's ``compared`` over its ``base``: lesson 13's oversubscribed time over
+    the fitting one (cell 38), more ranks' samples/s over fewer's (cell 46). A slow spell the gate cannot see
+    (another program, a cloud host slowing its CPUs) moves the ratios of the rounds it falls on, and their median
+    only if it lasts through most of them (3 of 5 rounds: about 6 s of lesson 13's cell 46 on 2 cores)."""
     if len(base) != len(compared) or not base:
         raise ValueError("base and compared must hold one value per round, as many of each")
     return statistics.median(other / first for first, other in zip(base, compared, strict=True))

@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 
 from dpedu.exercises import lesson12
@@ -27,6 +28,13 @@ def test_group_ranks_check_reads_the_groups_real_ranks_built():
     assert lesson12.group_ranks(4, 2, 3, "tensor", [2, 3]) and lesson12.group_ranks(4, 2, 3, "data", (3, 1))
     assert not lesson12.group_ranks(4, 2, 3, "data", [2, 3])  # the tensor-parallel group, for the data one
     assert lesson12.group_ranks(6, 3, 4, "data", [1, 4]) and not lesson12.group_ranks(6, 3, 4, "data", [4, 5])
+    assert lesson12.group_ranks(4, 2, 3, "data", [np.int64(1), np.int64(3)])  # ranks read from an array
+
+
+def test_group_ranks_check_names_a_rank_given_twice_before_launching(monkeypatch, capsys):
+    monkeypatch.setattr(lesson12, "launch", lambda *args, **kwargs: pytest.fail("launched for a hopeless answer"))
+    assert not lesson12.group_ranks(4, 2, 3, "data", [1, 1, 3])
+    assert "each rank of the group once" in capsys.readouterr().out
 
 
 def test_group_ranks_check_sees_groups_whose_kinds_are_swapped(monkeypatch):
@@ -48,7 +56,7 @@ def test_group_ranks_check_sees_groups_whose_kinds_are_swapped(monkeypatch):
     (lambda: lesson12.bubble(4, 8, True), TypeError, "answer must be a number"),
     (lambda: lesson12.micro_batches_kept("1f1b", 4, 8, 1, "3"), TypeError, "answer must be a number"),
     (lambda: lesson12.group_ranks(1, 1, 0, "data", [0]), ValueError, "world_size"),
-    (lambda: lesson12.group_ranks(6, 4, 0, "data", [0]), ValueError, "tensor_parallel must divide"),
+    (lambda: lesson12.group_ranks(6, 4, 0, "data", [0]), ValueError, "tensor_parallel_size must divide"),
     (lambda: lesson12.group_ranks(4, 2, 4, "data", [0]), ValueError, "rank"),
     (lambda: lesson12.group_ranks(4, 2, 0, "pipeline", [0]), ValueError, "group"),
     (lambda: lesson12.group_ranks(4, 2, 0, "data", "0, 2"), TypeError, "answer"),

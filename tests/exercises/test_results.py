@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dpedu import exercises
-from dpedu.exercises import lesson03, lesson04, lesson05, lesson06, lesson13, not_recorded, results
+from dpedu.exercises import lesson03, lesson04, lesson05, lesson06, lesson12, lesson13, not_recorded, results
 
 
 @pytest.fixture(autouse=True)
@@ -116,3 +116,12 @@ def test_without_the_answer_left_out_each_try_would_count_as_a_question_of_its_o
     lesson13.learning_rate_at(5, 1e-4)
     lesson13.learning_rate_at(5, 2e-4)
     assert len(results()) == 2
+
+
+def test_results_lists_group_questions_with_different_tensor_parallel_sizes_apart(capsys):
+    """The size is part of the question, not of the answer: two sizes are two lines of the hand-in."""
+    lesson12.group_ranks(4, 2, 3, "data", [1, 3])
+    lesson12.group_ranks(4, 4, 3, "data", [3])
+    results()
+    printed = capsys.readouterr().out
+    assert "tensor_parallel_size=2" in printed and "tensor_parallel_size=4" in printed
