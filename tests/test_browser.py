@@ -42,7 +42,7 @@ from dpedu.runtime.failures import leftover_processes
 playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright (requirements-test.txt)")
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = [*course_notebooks()[0], *course_notebooks()[1]]
+NOTEBOOKS = [path for group in course_notebooks() for path in group]  # the lessons, then the appendix
 SCREENSHOTS = ROOT / ".browser-failures"
 CHROMIUM = os.environ.get("DPEDU_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 # Seconds for "Run All" of one notebook on 2 cores: a hang detector, not the time budget (benchmarks/cell_times.py

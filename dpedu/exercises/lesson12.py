@@ -54,7 +54,7 @@ def layout_without_zero3(params: float, gpus: int, gpu_memory_gb: float, tensor_
                    "DDP, ZeRO-1, ZeRO-2: each GPU holds 1/t of the parameters, and ZeRO divides by the rest")
 
 
-def _groups_of_every_rank(tensor_parallel_size: int) -> dict[str, list[int]]:
+def _this_ranks_groups(tensor_parallel_size: int) -> dict[str, list[int]]:
     tensor, data = subgroups(tensor_parallel_size)
     return {"tensor": dist.get_process_group_ranks(tensor), "data": dist.get_process_group_ranks(data)}
 
@@ -75,7 +75,7 @@ def group_ranks(world_size: int, tensor_parallel_size: int, rank: int, group: st
         raise TypeError(f"answer must be a list of ranks, got {answer!r}")
     if len(set(answer)) != len(answer):
         return verdict(False, "name each rank of the group once")
-    truth = launch(_groups_of_every_rank, world_size, args=(tensor_parallel_size,))[rank][group]
+    truth = launch(_this_ranks_groups, world_size, args=(tensor_parallel_size,))[rank][group]
     return verdict(sorted(int(r) for r in answer) == sorted(truth),
                    "a tensor-parallel group is t consecutive ranks (one replica's slices); a data-parallel group "
                    "takes every t-th rank (the same slice in every replica)")

@@ -92,7 +92,7 @@ def test_study_time_counts_the_source_a_lesson_shows_and_its_figures_but_no_othe
 def test_readme_lists_every_lesson_with_its_study_time():
     readme = (ROOT / "README.md").read_text()
     rows = re.findall(r"^\| `(\d\d[ab]?_\w+|appendix_\w+)` \| .+ \| (\d+) min \|$", readme, re.M)
-    notebooks = [*course_notebooks()[0], *course_notebooks()[1]]
+    notebooks = [path for group in course_notebooks() for path in group]
     assert [name for name, _ in rows] == sorted(p.stem for p in notebooks)
     stale = {name: (int(minutes), study_minutes(ROOT / "notebooks" / f"{name}.ipynb")) for name, minutes in rows}
     stale = {name: pair for name, pair in stale.items() if pair[0] != pair[1]}

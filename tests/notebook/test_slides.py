@@ -19,7 +19,7 @@ from dpedu.notebook.opened_alone import FIRST_CELL
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
-DECKS = [*course_notebooks(NOTEBOOKS)[0], *course_notebooks(NOTEBOOKS)[1]]
+DECKS = [path for group in course_notebooks(NOTEBOOKS) for path in group]  # the lessons, then the appendix
 CHROMIUM = os.environ.get("DPEDU_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]  # nothing fetched from outside
