@@ -8,7 +8,8 @@ scikit-learn) and the test runners (pytest, nbval, pytest-timeout). dpedu comes 
 2. every other notebook is copied alone into an empty folder of its own and run by strict nbval there,
    with no conftest.py, no images/ and no scripts beside it;
 3. with --unit-tests, the unit tests whose subject is torch's own behaviour (ON_EVERY_TORCH) run in the same
-   environment; the others (ONCE) are pass 1's alone.
+   environment, ranks started as dpedu chooses (forked, on Linux without GPUs): a Linux learner's `./course test`
+   on PyPI's build; the others (ONCE) are pass 1's alone.
 Run by .ci/run; by hand: python3 .ci/hosted_learner.py --python python3.13 --torch 2.15.0 [--unit-tests]
 """
 
@@ -39,8 +40,9 @@ RUNNERS = ["pytest", "nbval", "pytest-timeout"]
 ON_EVERY_TORCH = ["tests/beyond", "tests/data_parallel", "tests/frameworks", "tests/training_run",
                   "tests/cluster/test_checkpoints.py", "tests/cluster/test_circulating_code.py",
                   "tests/cluster/test_rank_variables.py", "tests/cluster/test_troubleshooting.py",
-                  "tests/runtime/test_environment.py", "tests/runtime/test_float32_precision.py",
-                  "tests/runtime/test_gpus.py", "tests/runtime/test_stderr.py", "tests/runtime/test_traffic.py",
+                  "tests/runtime/test_autograd_and_fork.py", "tests/runtime/test_environment.py",
+                  "tests/runtime/test_float32_precision.py", "tests/runtime/test_gpus.py",
+                  "tests/runtime/test_stderr.py", "tests/runtime/test_traffic.py",
                   "tests/test_gpu_check.py", "tests/test_gpu_counting.py", "tests/test_models_and_datasets.py"]
 ONCE = ["tests/claims", "tests/exercises", "tests/notebook", "tests/scripts", "tests/sgd",
         "tests/cluster/test_slurm.py", "tests/runtime/test_launcher.py", "tests/runtime/test_commands.py",
@@ -131,8 +133,12 @@ def main() -> int:
 
     if options.unit_tests:
         # One after another, not over the cores as pass 1 runs them: spread over 2 workers here (torch 2.15, ranks
-        # from a forkserver), a 4-rank launch whose outsiders return at once failed, rank 0 still joining the group
-        run([str(py), "-m", "pytest", *ON_EVERY_TORCH], cwd=ROOT)
+        # from a forkserver), a 4-rank launch whose outsiders return at once failed, rank 0 still joining the group.
+        # Ranks as dpedu chooses, not the forkserver the lessons used above: forked on a CUDA build is what a Linux
+        # learner's `./course test` does, and only there does a torch.compile before a launch spoil forking
+        # (tests/runtime/test_autograd_and_fork.py); explicit start methods are pass 1's launcher tests.
+        chosen = {name: value for name, value in os.environ.items() if name != "DPEDU_START_METHOD"}
+        run([str(py), "-m", "pytest", *ON_EVERY_TORCH], cwd=ROOT, env=chosen)
     return 0
 
 

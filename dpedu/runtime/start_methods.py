@@ -10,6 +10,10 @@
 - ``spawn`` starts a fresh interpreter per rank, which imports torch itself (seconds per launch).
   It is the safe choice where fork is unreliable: macOS, whose system libraries do not support
   forking a process that has started threads.
+- Nor can a forked child run backward once torch's autograd engine has started its device threads in
+  the parent (torch's "Autograd and Fork" rule). With GPUs that is every backward; without them, on
+  PyPI's default (CUDA) build of torch, it follows a ``FakeTensorMode``, which ``torch.compile`` enters:
+  it puts in a stand-in CUDA device with eight devices, and the next first backward starts eight threads.
 
 With ``forkserver`` and ``spawn`` the function to run is sent to the child by value (cloudpickle),
 so functions defined in a notebook cell work with every method.
@@ -28,7 +32,7 @@ import torch
 
 from dpedu.runtime import gpus
 
-__all__ = ["gpu_count", "choose_start_method", "context"]
+__all__ = ["gpu_count", "autograd_device_threads", "choose_start_method", "context"]
 
 # What is imported once before ranks start, so that no rank pays for it: the rank entry point (torch,
 # torch.distributed) and torch._dynamo, which DDP imports on first use (~1 s per rank, and an import made
@@ -50,6 +54,27 @@ def gpu_count() -> int:
     return gpus.usable_count()
 
 
+def autograd_device_threads() -> int:
+    """How many device threads torch's autograd engine has started in this process; 0 where the operating
+    system does not list a process's threads in /proc (only Linux forks ranks, and Linux lists them).
+
+    torch names them ``pt_autograd_<device>``. Once they exist, a forked child's backward raises "Unable to
+    handle autograd's threading in combination with fork-based multiprocessing".
+    """
+    try:
+        thread_ids = os.listdir("/proc/self/task")
+    except OSError:
+        return 0
+    count = 0
+    for thread_id in thread_ids:
+        try:
+            with open(f"/proc/self/task/{thread_id}/comm") as name:
+                count += name.read().startswith("pt_autograd_")
+        except OSError:  # the thread ended meanwhile
+            continue
+    return count
+
+
 def choose_start_method(start_method: str | None = None) -> tuple[str, str | None]:
     """Return ``(method, why_not_fork)``: ``fork`` where it is safe, else the fallback and the reason.
 
@@ -57,8 +82,9 @@ def choose_start_method(start_method: str | None = None) -> tuple[str, str | Non
     another machine's path here, e.g. macOS's spawn on Linux). multiprocessing's own default is not
     consulted: anything that uses multiprocessing (a tqdm bar, DataLoader workers) fixes it to
     "fork" on Linux, which says nothing about whether forking is safe.
-    Otherwise: ``spawn`` off Linux, ``forkserver`` on Linux with GPUs, ``fork`` on Linux without.
-    Counting the GPUs asks NVML and does not touch CUDA, so the answer never spoils a later fork.
+    Otherwise: ``spawn`` off Linux, ``forkserver`` on Linux with GPUs or once autograd's device threads
+    have started here, ``fork`` on Linux otherwise. Counting the GPUs asks NVML and does not touch CUDA,
+    so the answer never spoils a later fork.
     """
     forced = start_method or os.environ.get("DPEDU_START_METHOD")
     if forced is not None:
@@ -70,6 +96,10 @@ def choose_start_method(start_method: str | None = None) -> tuple[str, str | Non
     if gpus := gpu_count():
         return "forkserver", (f"this machine has {gpus} GPU(s), and a rank forked from a process that has "
                               "touched CUDA cannot use them; ranks start from a clean server process instead")
+    if threads := autograd_device_threads():
+        return "forkserver", (f"torch's autograd engine has started {threads} device threads in this process "
+                              "(torch.compile does that on a CUDA build of torch, GPUs or not), and a forked rank "
+                              "could not run backward; ranks start from a clean server process instead")
     return "fork", None
 
 

@@ -38,6 +38,14 @@ def test_multiprocessing_used_before_does_not_make_a_gpu_machine_fork(fake_gpus,
     assert choose_start_method()[0] == "forkserver"
 
 
+def test_once_autograd_has_started_device_threads_ranks_are_not_forked(fake_gpus, unforced, monkeypatch):
+    fake_gpus(0)
+    monkeypatch.setattr("dpedu.runtime.start_methods.autograd_device_threads", lambda: 8)
+    method, why = choose_start_method()
+    assert method == "forkserver" and "8 device threads" in why and "could not run backward" in why
+    assert choose_start_method("fork") == ("fork", None)  # asked for: the learner's call
+
+
 def test_macos_spawns(unforced, monkeypatch):
     monkeypatch.setattr("sys.platform", "darwin")
     assert choose_start_method() == ("spawn", "fork is not reliable on darwin")
