@@ -23,6 +23,18 @@ from dpedu.runtime.failures import leftover_processes
 BROWSER_TEST = "test_run_all_in_jupyterlab_shows_no_error_and_explorers_redraw"
 
 
+def _first_backward() -> None:
+    """torch's autograd engine decides at a process's first backward, once, whether to start device threads; after
+    a FakeTensorMode on a CUDA build without GPUs it starts eight, and forked ranks can no longer run backward
+    (tests/runtime/test_autograd_and_fork.py). Tests that fork ranks to hand them a fake (a monkeypatch they
+    inherit) must find every test process able to fork whichever test ran before: its first backward is here."""
+    weight = torch.ones(1, requires_grad=True)
+    (weight * 2).sum().backward()
+
+
+_first_backward()
+
+
 def _will_run(item) -> bool:
     return not any(mark.args and mark.args[0] for mark in item.iter_markers("skipif"))
 
