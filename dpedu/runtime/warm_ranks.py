@@ -17,7 +17,8 @@ for the next launch. So a rank is reused only where that is known not to matter:
 - the launch left nothing running in it: no thread but its own, and no process in its process group
   (DataLoader workers, a command it ran). Otherwise it is stopped, with all it started;
 - the launch used nothing known to keep state per process: distributed checkpoints (their save plans are
-  cached), accelerate (one AcceleratorState per process), a changed debug level of torch.distributed;
+  cached), accelerate (one AcceleratorState per process), a changed debug level of torch.distributed, a
+  ``DeviceMesh`` (FSDP2 and DTensor cache results under a key blind to the rank that computed them);
 - and before each launch, what a function may have changed is set as a new process has it: the random
   generators seeded afresh (torch, Python, NumPy), default dtype and device, grad and anomaly modes,
   deterministic algorithms, float32 matmul precision, print options, warning filters, the root logger, signal
@@ -200,6 +201,7 @@ def serve(launcher_pid: int, connection: Connection) -> None:
         importlib.import_module(module)
     fresh = _FreshState()
     _count_calls_of_once_only_settings()
+    _count_device_meshes()
     while True:
         try:
             spec, payload_path, directory, path = pickle.loads(connection.recv_bytes())
@@ -210,7 +212,8 @@ def serve(launcher_pid: int, connection: Connection) -> None:
         sys.path[:] = path
         reusable = (_rank.run_work(spec, Path(payload_path).read_bytes(), connection) and _nothing_left_running()
                     and not any(module in sys.modules for module in STATEFUL_MODULES)
-                    and dist.get_debug_level() == fresh.debug_level and not _once_only_settings_made)
+                    and dist.get_debug_level() == fresh.debug_level and not _once_only_settings_made
+                    and not _device_meshes_built)
         connection.send_bytes(pickle.dumps((READY, reusable, _sources())))
         if not reusable:
             break
@@ -231,6 +234,26 @@ def _count_calls_of_once_only_settings() -> None:
         original(threads)
 
     torch.set_num_interop_threads = set_num_interop_threads
+
+
+_device_meshes_built: list[str] = []
+
+
+def _count_device_meshes() -> None:
+    """A ``DeviceMesh`` records this process's rank, and torch caches what DTensors compute under a key whose mesh
+    compares equal whatever the rank (DTensor's sharding propagation returns specs that keep the mesh of the call
+    that filled the cache). A rank reused under another rank number then gets the old rank's shard offsets: in
+    lesson 11b a checkpoint saved after FSDP had run in reused ranks was written with two ranks' offsets swapped.
+    So a rank whose launch built a mesh (FSDP2, DTensor, tensor parallelism) is not reused."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    original = DeviceMesh.__init__
+
+    def __init__(self, *args, **kwargs) -> None:
+        _device_meshes_built.append(type(self).__name__)
+        original(self, *args, **kwargs)
+
+    DeviceMesh.__init__ = __init__
 
 
 class _FreshState:

@@ -371,6 +371,39 @@ def test_a_rank_that_used_only_collectives_is_reused(two_idle_ranks):
     assert warm_ranks.idle_pids() == set(ranks)
 
 
+def dtensor_coordinate() -> tuple[int, int, int]:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    doubled = distribute_tensor(torch.arange(8.0), mesh, [Shard(0)]) * 2  # through DTensor's sharding propagation
+    return os.getpid(), dist.get_rank(), doubled.device_mesh.get_coordinate()[0]
+
+
+def test_a_rank_that_built_a_device_mesh_is_not_reused_so_a_dtensor_keeps_its_own_rank(no_idle_ranks):
+    """torch caches DTensor results under a key whose mesh compares equal whatever the rank: reused ranks that had
+    built a mesh came back, after launches of other sizes had reordered them, with the results of the rank they
+    were before (rank 0 holding rank 1's coordinate, and so shard offsets: lesson 11b's checkpoint loaded with
+    halves swapped). Not reusing them is what keeps this equal."""
+    first = spawned(dtensor_coordinate, 4)
+    assert warm_ranks.idle_pids() == set() and all(gone_within(pid) for pid, _, _ in first)
+    spawned(world_size=2)  # idle ranks taken and put back by launches of other sizes, as a lesson's cells do
+    spawned(world_size=3)
+    again = spawned(dtensor_coordinate, 4)
+    assert [(rank, coordinate) for _, rank, coordinate in again] == [(rank, rank) for rank in range(4)]
+
+
+def ddp_step() -> int:
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 1))
+    model(torch.ones(1, 2)).sum().backward()
+    return os.getpid()
+
+
+def test_a_rank_that_took_a_ddp_step_is_reused(two_idle_ranks):
+    """DDP builds no device mesh: the lessons' DDP launches keep their warm ranks."""
+    assert warm_ranks.idle_pids() == set(spawned(ddp_step))
+
+
 def test_a_rank_that_set_its_interop_threads_is_not_reused_so_the_next_launch_may_set_them_too():
     first = spawned(set_interop_threads)
     assert set(spawned(set_interop_threads)).isdisjoint(first)
