@@ -134,9 +134,10 @@ def main() -> int:
     if options.unit_tests:
         # One after another, not over the cores as pass 1 runs them: spread over 2 workers here (torch 2.15, ranks
         # from a forkserver), a 4-rank launch whose outsiders return at once failed, rank 0 still joining the group.
-        # Ranks as dpedu chooses, not the forkserver the lessons used above: forked on a CUDA build is what a Linux
-        # learner's `./course test` does, and only there does a torch.compile before a launch spoil forking
-        # (tests/runtime/test_autograd_and_fork.py); explicit start methods are pass 1's launcher tests.
+        # Ranks as dpedu chooses, not the forkserver the lessons used above: forked, on a CUDA build, is what a Linux
+        # learner's `./course test` does (a torch.compile before a process's first backward spoils forking there:
+        # tests/runtime/test_autograd_and_fork.py, and tests/conftest.py's first backward). The forkserver's own
+        # tests (tests/runtime/test_launcher.py, pass 1) and the lessons above keep it covered.
         chosen = {name: value for name, value in os.environ.items() if name != "DPEDU_START_METHOD"}
         run([str(py), "-m", "pytest", *ON_EVERY_TORCH], cwd=ROOT, env=chosen)
     return 0

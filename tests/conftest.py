@@ -27,7 +27,8 @@ def _first_backward() -> None:
     """torch's autograd engine decides at a process's first backward, once, whether to start device threads; after
     a FakeTensorMode on a CUDA build without GPUs it starts eight, and forked ranks can no longer run backward
     (tests/runtime/test_autograd_and_fork.py). Tests that fork ranks to hand them a fake (a monkeypatch they
-    inherit) must find every test process able to fork whichever test ran before: its first backward is here."""
+    inherit) must find every test process able to fork whichever test ran before: its first backward is here.
+    (With GPUs the engine starts them at any first backward, and ranks start from a forkserver anyway.)"""
     weight = torch.ones(1, requires_grad=True)
     (weight * 2).sum().backward()
 

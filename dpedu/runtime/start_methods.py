@@ -11,9 +11,10 @@
   It is the safe choice where fork is unreliable: macOS, whose system libraries do not support
   forking a process that has started threads.
 - Nor can a forked child run backward once torch's autograd engine has started its device threads in
-  the parent (torch's "Autograd and Fork" rule). With GPUs that is every backward; without them, on
-  PyPI's default (CUDA) build of torch, it follows a ``FakeTensorMode``, which ``torch.compile`` enters:
-  it puts in a stand-in CUDA device with eight devices, and the next first backward starts eight threads.
+  the parent (torch's "Autograd and Fork" rule). The engine decides at a process's first backward. With
+  GPUs it starts them then; without, on PyPI's default (CUDA) build of torch, it does so where that first
+  backward follows a ``FakeTensorMode`` (``torch.compile`` enters one), which puts in a stand-in CUDA
+  device guard that reports eight devices.
 
 With ``forkserver`` and ``spawn`` the function to run is sent to the child by value (cloudpickle),
 so functions defined in a notebook cell work with every method.
@@ -59,7 +60,8 @@ def autograd_device_threads() -> int:
     system does not list a process's threads in /proc (only Linux forks ranks, and Linux lists them).
 
     torch names them ``pt_autograd_<device>``. Once they exist, a forked child's backward raises "Unable to
-    handle autograd's threading in combination with fork-based multiprocessing".
+    handle autograd's threading in combination with fork-based multiprocessing". (A process forked from one
+    that had them inherits that verdict but not the threads: dpedu's ranks launch nothing further.)
     """
     try:
         thread_ids = os.listdir("/proc/self/task")
@@ -68,8 +70,8 @@ def autograd_device_threads() -> int:
     count = 0
     for thread_id in thread_ids:
         try:
-            with open(f"/proc/self/task/{thread_id}/comm") as name:
-                count += name.read().startswith("pt_autograd_")
+            with open(f"/proc/self/task/{thread_id}/comm") as comm:
+                count += comm.read().startswith("pt_autograd_")
         except OSError:  # the thread ended meanwhile
             continue
     return count
@@ -98,8 +100,9 @@ def choose_start_method(start_method: str | None = None) -> tuple[str, str | Non
                               "touched CUDA cannot use them; ranks start from a clean server process instead")
     if threads := autograd_device_threads():
         return "forkserver", (f"torch's autograd engine has started {threads} device threads in this process "
-                              "(torch.compile does that on a CUDA build of torch, GPUs or not), and a forked rank "
-                              "could not run backward; ranks start from a clean server process instead")
+                              "(on a CUDA build of torch without GPUs, a torch.compile before the process's first "
+                              "backward does that), and a forked rank could not run backward; ranks start from a "
+                              "clean server process instead")
     return "fork", None
 
 

@@ -18,7 +18,8 @@ for the next launch. So a rank is reused only where that is known not to matter:
   (DataLoader workers, a command it ran). Otherwise it is stopped, with all it started;
 - the launch used nothing known to keep state per process: distributed checkpoints (their save plans are
   cached), accelerate (one AcceleratorState per process), a changed debug level of torch.distributed, a
-  ``DeviceMesh`` (FSDP2 and DTensor cache results under a key blind to the rank that computed them);
+  ``DeviceMesh`` (FSDP2 and tensor parallelism build one; DTensor caches results under a key blind to the rank
+  that computed them);
 - and before each launch, what a function may have changed is set as a new process has it: the random
   generators seeded afresh (torch, Python, NumPy), default dtype and device, grad and anomaly modes,
   deterministic algorithms, float32 matmul precision, print options, warning filters, the root logger, signal
@@ -42,6 +43,7 @@ Used by ``dpedu.launch`` (lessons 00, 03 to 05, 08 to 12) wherever ranks are spa
 from __future__ import annotations
 
 import atexit
+import functools
 import importlib
 import logging
 import multiprocessing
@@ -249,6 +251,7 @@ def _count_device_meshes() -> None:
 
     original = DeviceMesh.__init__
 
+    @functools.wraps(original)
     def __init__(self, *args, **kwargs) -> None:
         _device_meshes_built.append(type(self).__name__)
         original(self, *args, **kwargs)

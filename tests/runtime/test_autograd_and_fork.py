@@ -28,7 +28,8 @@ def backward():
 with FakeTensorMode():
     pass
 backward()
-print(autograd_device_threads() > 0, choose_start_method()[0])
+method, why = choose_start_method()
+print(autograd_device_threads() > 0, method, "autograd" in why)
 try:
     dpedu.launch(backward, 2, start_method="fork", timeout=60)
     print("forked: no error")
@@ -40,9 +41,11 @@ print("chosen:", dpedu.launch(backward, 2, timeout=60) == [[2.0, 2.0, 2.0]] * 2)
 
 @pytest.mark.skipif(not torch.backends.cuda.is_built(), reason="a CPU-only build of torch has no CUDA device to "
                     "stand in for, so its autograd engine starts no device threads without a device")
+@pytest.mark.skipif(bool(torch.cuda.device_count()), reason="with GPUs every first backward starts the threads, and "
+                    "ranks start from a forkserver for the GPUs' sake first (tests/runtime/test_start_methods.py)")
 def test_after_a_fake_tensor_mode_on_a_cuda_build_forked_ranks_fail_backward_and_the_chosen_method_works():
     env = {name: value for name, value in os.environ.items() if name != "DPEDU_START_METHOD"}
     run = subprocess.run([sys.executable, "-c", AFTER_A_FAKE_TENSOR_MODE], capture_output=True, text=True,
                          timeout=300, env=env)
     assert run.returncode == 0, run.stderr
-    assert run.stdout.splitlines() == ["True forkserver", "forked: True", "chosen: True"], run.stdout
+    assert run.stdout.splitlines() == ["True forkserver True", "forked: True", "chosen: True"], run.stdout

@@ -4,10 +4,12 @@ import multiprocessing as mp
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 
 import dpedu
+from dpedu.runtime import start_methods
 from dpedu.runtime.start_methods import PRELOAD, choose_start_method
 
 
@@ -19,6 +21,7 @@ def unforced(monkeypatch):
 
 def test_linux_without_gpus_forks(fake_gpus, unforced, monkeypatch):
     fake_gpus(0)
+    monkeypatch.setattr("dpedu.runtime.start_methods.autograd_device_threads", lambda: 0)  # a GPU machine's are real
     assert choose_start_method() == ("fork", None)
 
 
@@ -36,6 +39,29 @@ def test_multiprocessing_used_before_does_not_make_a_gpu_machine_fork(fake_gpus,
     assert mp.get_start_method(allow_none=True) is not None
     fake_gpus(1)
     assert choose_start_method()[0] == "forkserver"
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="threads are counted where /proc lists them")
+def test_device_threads_are_counted_by_the_name_torch_gives_them(monkeypatch):
+    before = start_methods.autograd_device_threads()
+    named, release = threading.Event(), threading.Event()
+
+    def stand_in():  # a thread named as torch names an autograd device thread
+        with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as comm:
+            comm.write("pt_autograd_0")
+        named.set()
+        release.wait(30)
+
+    thread = threading.Thread(target=stand_in)
+    thread.start()
+    try:
+        assert named.wait(30) and start_methods.autograd_device_threads() == before + 1
+    finally:
+        release.set()
+        thread.join(30)
+    assert start_methods.autograd_device_threads() == before
+    monkeypatch.setattr("os.listdir", lambda path: (_ for _ in ()).throw(FileNotFoundError(path)))
+    assert start_methods.autograd_device_threads() == 0  # no /proc: nothing to count
 
 
 def test_once_autograd_has_started_device_threads_ranks_are_not_forked(fake_gpus, unforced, monkeypatch):
