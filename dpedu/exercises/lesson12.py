@@ -56,6 +56,9 @@ def layout_without_zero3(params: float, gpus: int, gpu_memory_gb: float, tensor_
 
 def _this_ranks_groups(tensor_parallel_size: int) -> dict[str, list[int]]:
     tensor, data = subgroups(tensor_parallel_size)
+    # new_group sets up each group's connections as its members reach it: without a collective after it, a rank
+    # could leave while another still connects to a group they share (gloo: "Connection closed by peer")
+    dist.barrier()
     return {"tensor": dist.get_process_group_ranks(tensor), "data": dist.get_process_group_ranks(data)}
 
 
