@@ -202,8 +202,7 @@ def serve(launcher_pid: int, connection: Connection) -> None:
     for module in start_methods.PRELOAD:  # before any process group exists (see start_methods.PRELOAD)
         importlib.import_module(module)
     fresh = _FreshState()
-    _count_calls_of_once_only_settings()
-    _count_device_meshes()
+    _record_calls_that_stay_with_the_process()
     while True:
         try:
             spec, payload_path, directory, path = pickle.loads(connection.recv_bytes())
@@ -214,8 +213,7 @@ def serve(launcher_pid: int, connection: Connection) -> None:
         sys.path[:] = path
         reusable = (_rank.run_work(spec, Path(payload_path).read_bytes(), connection) and _nothing_left_running()
                     and not any(module in sys.modules for module in STATEFUL_MODULES)
-                    and dist.get_debug_level() == fresh.debug_level and not _once_only_settings_made
-                    and not _device_meshes_built)
+                    and dist.get_debug_level() == fresh.debug_level and not _per_process_calls_made)
         connection.send_bytes(pickle.dumps((READY, reusable, _sources())))
         if not reusable:
             break
@@ -223,40 +221,31 @@ def serve(launcher_pid: int, connection: Connection) -> None:
     os._exit(0)  # as _rank.run_rank ends, without interpreter shutdown
 
 
-_once_only_settings_made: list[str] = []
+_per_process_calls_made: list[str] = []  # calls of this launch whose effect a later launch in this process would meet
 
 
-def _count_calls_of_once_only_settings() -> None:
-    """torch takes ``set_num_interop_threads`` once per process: a rank whose launch called it is not reused,
-    so that the next launch, calling it again, does not fail where a new rank would not."""
-    original = torch.set_num_interop_threads
-
-    def set_num_interop_threads(threads: int) -> None:
-        _once_only_settings_made.append("set_num_interop_threads")
-        original(threads)
-
-    torch.set_num_interop_threads = set_num_interop_threads
-
-
-_device_meshes_built: list[str] = []
-
-
-def _count_device_meshes() -> None:
-    """A ``DeviceMesh`` records this process's rank, and torch caches what DTensors compute under a key whose mesh
-    compares equal whatever the rank (DTensor's sharding propagation returns specs that keep the mesh of the call
-    that filled the cache). A rank reused under another rank number then gets the old rank's shard offsets: in
-    lesson 11b a checkpoint saved after FSDP had run in reused ranks was written with two ranks' offsets swapped.
-    So a rank whose launch built a mesh (FSDP2, DTensor, tensor parallelism) is not reused."""
+def _record_calls_that_stay_with_the_process() -> None:
+    """Two calls leave what a new rank would not have, so a rank whose launch made one is not reused:
+    - ``torch.set_num_interop_threads``, which torch takes once per process (the next launch, calling it again,
+      would fail where a new rank would not);
+    - building a ``DeviceMesh``, which records this process's rank while torch caches what DTensors compute under
+      a key whose mesh compares equal whatever the rank (DTensor's sharding propagation returns specs that keep the
+      mesh of the call that filled the cache). A rank reused under another rank number then got the old rank's
+      shard offsets: in lesson 11b a checkpoint saved after FSDP had run in reused ranks was written with two
+      ranks' offsets swapped. FSDP2, DTensor and tensor parallelism build meshes."""
     from torch.distributed.device_mesh import DeviceMesh
 
-    original = DeviceMesh.__init__
+    torch.set_num_interop_threads = _recorded(torch.set_num_interop_threads, "set_num_interop_threads")
+    DeviceMesh.__init__ = _recorded(DeviceMesh.__init__, "DeviceMesh")
 
-    @functools.wraps(original)
-    def __init__(self, *args, **kwargs) -> None:
-        _device_meshes_built.append(type(self).__name__)
-        original(self, *args, **kwargs)
 
-    DeviceMesh.__init__ = __init__
+def _recorded(call, name: str):
+    @functools.wraps(call)
+    def recorded(*args, **kwargs):
+        _per_process_calls_made.append(name)
+        return call(*args, **kwargs)
+
+    return recorded
 
 
 class _FreshState:
