@@ -6,7 +6,7 @@ Executes each notebook (all lessons by default) in a fresh kernel, on a copy (th
 left alone), with the explorers static as under the tests, and prints per notebook its total time,
 the time of each part (the cells under each "## " heading: what a teacher's demo of that part costs),
 its slowest cells (index counting every cell from 0, markdown included, and first line) and every
-code cell over the course's budget (15 s; 30 s for lessons 09, 10 and 13). The times are wall-clock on
+code cell over the course's budget (15 s; 30 s for lessons 09, 10 and 13a). The times are wall-clock on
 this machine, once: run it on a quiet machine, and more than once before quoting a figure.
 With --stored nothing runs: the times are those the notebook recorded when it was last executed
 (nbclient stores each cell's start and end in its metadata), kernel start-up left out.
@@ -22,10 +22,10 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-from dpedu.notebook.course import course_notebooks
+from dpedu.notebook.course import course_notebooks, lesson_id
 
 ROOT = Path(__file__).resolve().parents[1]
-CELL_BUDGET_S = {"09": 30.0, "10": 30.0, "13": 30.0}  # lessons that start torchrun, mpiexec and Slurm jobs
+CELL_BUDGET_S = {"09": 30.0, "10": 30.0, "13a": 30.0}  # lessons that start torchrun, mpiexec and Slurm jobs
 
 
 class TimedClient(NotebookClient):
@@ -93,7 +93,7 @@ def main() -> None:
     for path in paths:
         total, seconds, notebook = (stored_cell_times if options.stored else cell_times)(path)
         grand_total += total
-        budget = CELL_BUDGET_S.get(path.name[:2], 15.0)
+        budget = CELL_BUDGET_S.get(lesson_id(path), 15.0)
         print(f"{path.name}: {total:.1f} s in all, {len(seconds)} code cells")
         for heading, part_seconds in part_times(notebook, seconds):
             print(f"    {part_seconds:5.1f} s  {heading}")

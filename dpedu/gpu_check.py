@@ -68,7 +68,8 @@ GPU_BRANCH = re.compile(r"\b(gpu_count|device_count|sync_batchnorm_on_this_machi
 # The GPUs each lesson's GPU cells need to all run on GPUs (1 where not named here): with fewer, those cells take
 # their CPU path, as on a laptop, and the verdict says so (tests/test_gpu_check.py keeps this in step with the cells)
 GPUS_FOR_EVERY_CELL = {"02_data_parallelism_by_hand": 2, "08a_batchnorm_across_ranks": 2,
-                       "12b_which_parallelism_when": 8, "13_a_real_training_run": 2, "appendix_circulating_code": 2}
+                       "12b_which_parallelism_when": 8, "13b_data_loading_and_scaling": 2,
+                       "appendix_circulating_code": 2}
 NOTEBOOK_LIMIT = 600  # seconds for one lesson under nbval (a cold start of torch on a cluster's shared disk is slow)
 LOG = "gpu-check-notebooks.log"  # pytest's full output of the notebooks step, in the current folder
 CHECK_LIMIT = 900  # seconds any one check may take before the watchdog calls it stuck

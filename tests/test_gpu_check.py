@@ -358,7 +358,7 @@ def test_the_gpu_notebooks_are_found_from_their_cells(tmp_path):
     assert [p.stem for p in gpu_check.gpu_notebooks()] == [
         "00_welcome", "01_gd_sgd_minibatch", "02_data_parallelism_by_hand", "03_ddp_from_a_notebook",
         "08a_batchnorm_across_ranks", "11a_shard_what_ddp_copies", "12b_which_parallelism_when",
-        "13_a_real_training_run", "14_your_loop_in_accelerate",
+        "13b_data_loading_and_scaling", "14_your_loop_in_accelerate",
         "appendix_circulating_code"]
 
 

@@ -113,9 +113,9 @@ def test_a_failure_shows_before_a_success_of_the_same_pass_and_a_cell_judged_now
     lesson, index, cell = a_timing_cell()
     record = tmp_path / "claims.jsonl"
     record.write_text(judgement(cell, "fast", "checked", "1") + judgement(cell, "fast", "failed", "1"))
-    monkeypatch.setattr(timing_claims, "expected_cells", lambda: {(lesson, index), ("13", "46")})
+    monkeypatch.setattr(timing_claims, "expected_cells", lambda: {(lesson, index), ("13b", "15")})
     monkeypatch.setattr(busy_machine, "run", lambda *args, **kwargs: None)
     assert timing_claims.require(record) == 1
     said = capsys.readouterr().out
     assert "1: FAILED" in said
-    assert f"13 cell  46  {timing_claims.NONE_JUDGED}\n      judged in no pass" in said
+    assert f"13b cell  15  {timing_claims.NONE_JUDGED}\n      judged in no pass" in said

@@ -74,6 +74,8 @@ VALUES: dict[tuple[int, int], object] = {
     (13, 3): 3e-3 * 51 / 100,
     (13, 5): {"flops_per_token": 6 * 85_000_000 + 12 * 12 * 768 * 1024,
               "mfu": 1.5e6 * (6 * 85_000_000 + 12 * 12 * 768 * 1024) / (8 * 312e12)},
+    (13, 6): [5, 17, 29],
+    (13, 7): {64: 0.3 / (64 * 0.05 + 0.3), 4: 0.3 / (4 * 0.05 + 0.3)},
     (14, 1): 8 * 4 * 3,
     (14, 2): {"gather": 400, "gather_for_metrics": 359},
     (14, 3): 0.1 / 4,
@@ -566,6 +568,20 @@ is the mean of 4 means of 16 instead of 2 means of 32: equal in exact arithmetic
 rounding (about 1e-7 relative), because the sums run in another order; under no_sync the first micro-batch's
 gradient stays local and the last backward all-reduces the accumulated sum, so there is one all-reduce per
 step either way."""),
+    (13, 6): (VALUE + " + " + RUBRIC, f"""
+Copy k = rank x workers + worker = 1 x 3 + 2 = 5 of n = 4 x 3 = 12 copies yields 5, 5 + 12, 5 + 24:
+{VALUES[13, 6]} (check: lesson13.stream_share(30, 4, 3, 1, 2, {VALUES[13, 6]})). Without shard=True every copy
+yields all 30: each example comes 12 times an epoch, 4 ranks x 3 workers, as lesson 13b's part 1 showed with
+2 x 2."""),
+    (13, 7): (VALUE + " + " + RUBRIC, f"""
+64 examples: 3.2 ms of compute and 0.3 ms of all-reduce, 0.3 / 3.5 = {VALUES[13, 7][64]:.3f} of the step (check:
+lesson13.communication_share(0.05, 0.3, 64, {VALUES[13, 7][64]:.3f})); 4 examples: 0.2 ms and 0.3 ms,
+{VALUES[13, 7][4]:.1f} (check: lesson13.communication_share(0.05, 0.3, 4, {VALUES[13, 7][4]:.1f})). A good answer:
+a global batch of 64 on 16 ranks leaves each 4 examples, so the all-reduce is 60 % of every step: a step takes
+0.5 ms where one process takes 3.2 ms for all 64, 6.4 times faster on 16 times the hardware (efficiency 0.4),
+because the all-reduce does not shrink with the batch (on real links it grows with the ranks: lesson 09).
+DDP overlaps the all-reduce with backward (lesson 05a), which hides it only where there is enough compute to
+hide it behind."""),
     (14, 1): (VALUE, f"""
 8 examples x 4 micro-batches x 3 processes = {VALUES[14, 1]} (check: lesson14.examples_per_step(8, 4, 3,
 {VALUES[14, 1]})): the loader's batch_size is the per-process micro-batch, not the global batch."""),

@@ -1,12 +1,17 @@
 """Checks for lesson 13's exercises: the script's micro-batch, the sampler's padding, the learning rate
-schedule, and a model's FLOPs per token and MFU."""
+schedule, and a model's FLOPs per token and MFU (13a's 1 to 5); which examples a worker of a sharded stream yields,
+and the all-reduce's share of a step (13b's 6 and 7)."""
 
 from __future__ import annotations
 
 import math
+from numbers import Integral
+from types import SimpleNamespace
+from unittest import mock
 
-from dpedu._validate import whole
+from dpedu._validate import real, whole
 from dpedu.exercises import close, number, verdict
+from dpedu.training_run import data_loading
 from dpedu.training_run.batches import micro_batch_size
 from dpedu.training_run.flops import flops_per_token, mfu
 from dpedu.training_run.schedule import learning_rate
@@ -57,3 +62,37 @@ def model_flops_utilisation(tokens_per_second: float, flops_per_token: float, de
     number(answer)
     return verdict(close(answer, truth, 0.01), "the model's FLOP/s (tokens/s x FLOPs per token) over the peak of "
                                                "every device that computed them, as a fraction (0.4, not 40)")
+
+
+def stream_share(examples: int, ranks: int, workers: int, rank: int, worker: int, answer: list[int]) -> bool:
+    """Which examples does ``worker`` of rank ``rank`` yield from ``ExampleStream(examples, shard=True)``, read by
+    ``ranks`` ranks with ``workers`` ``DataLoader`` workers each (in order)? Runs the stream's own ``__iter__`` as
+    that worker runs it, here in this process."""
+    whole("examples", examples, maximum=1_000_000)
+    whole("ranks", ranks, maximum=10_000)
+    whole("workers", workers, maximum=64)
+    whole("rank", rank, 0, maximum=ranks - 1)
+    whole("worker", worker, 0, maximum=workers - 1)
+    if not isinstance(answer, (list, tuple)) or not all(isinstance(i, Integral) and not isinstance(i, bool)
+                                                        for i in answer):
+        raise TypeError(f"answer must be a list of example indices, got {answer!r}")
+    this_worker = SimpleNamespace(id=worker, num_workers=workers)  # what get_worker_info() says inside that worker
+    with mock.patch.object(data_loading, "get_worker_info", return_value=this_worker):
+        truth = list(data_loading.ExampleStream(examples, rank=rank, world_size=ranks, shard=True))
+    return verdict([int(i) for i in answer] == truth,
+                   "number the ranks' workers as copies k = rank x workers + worker of n = ranks x workers: copy k "
+                   "yields k, k + n, k + 2n, ... below the number of examples")
+
+
+def communication_share(compute_ms_per_example: float, all_reduce_ms: float, examples_per_rank: int,
+                        answer: float) -> bool:
+    """The all-reduce's share of a step, as a fraction, where a rank computes ``compute_ms_per_example`` ms per
+    example on ``examples_per_rank`` examples and then all-reduces for ``all_reduce_ms`` ms whatever the batch
+    (lesson 13b's controlled-compute cell, which overlaps nothing; within 1 %)."""
+    compute = real("compute_ms_per_example", compute_ms_per_example, above=0) * whole("examples_per_rank",
+                                                                                     examples_per_rank)
+    all_reduce = real("all_reduce_ms", all_reduce_ms, above=0)
+    number(answer)
+    return verdict(close(answer, all_reduce / (compute + all_reduce), 0.01),
+                   "the step is compute (ms per example x examples) plus the all-reduce; its share is all-reduce / "
+                   "step, as a fraction")

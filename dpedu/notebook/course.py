@@ -40,7 +40,8 @@ LESSONS: tuple[Lesson, ...] = (
     Lesson("11b", "Sharding for real: HSDP, checkpoints", "Beyond data parallelism"),
     Lesson("12a", "Splitting the model: layers, pipelines, tensors", "Beyond data parallelism"),
     Lesson("12b", "Which parallelism when, combined", "Beyond data parallelism"),
-    Lesson("13", "A real training run, end to end", "In production"),
+    Lesson("13a", "A real training run: one script, its cost", "In production"),
+    Lesson("13b", "The run's data loading and its speed", "In production"),
     Lesson("14", "Your loop in accelerate, and back", "In production"),
 )
 

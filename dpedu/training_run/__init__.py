@@ -15,9 +15,9 @@ Modules (the first nine used by ``dpedu.scripts.train_addition``, the torchrun s
 - ``flops``: training FLOPs per token (6 N + 12 L d T) against ``FlopCounterMode``'s count, this machine's
   measured matmul peak, and MFU (the script's log and summary).
 - ``data_loading``: ranks split the data, ``DataLoader`` workers split a rank's loading; an ``IterableDataset``
-  sharded by rank x worker (lesson 13, not the script).
+  sharded by rank x worker (lesson 13b, not the script).
 - ``throughput``: the script's step timed on 1, 2, 4 ranks, oversubscription, compute of controlled duration with
-  real all-reduces (lesson 13), and the overlap of buckets with backward modelled (lesson 09); not the script.
+  real all-reduces (lesson 13b), and the overlap of buckets with backward modelled (lesson 09); not the script.
 
 Like every content package, it imports only ``dpedu.runtime``, ``dpedu.notebook``, dpedu's top level and itself.
 """

@@ -1,4 +1,4 @@
-"""Data loading at scale: who loads which example, with ranks and ``DataLoader`` workers: lesson 13.
+"""Data loading at scale: who loads which example, with ranks and ``DataLoader`` workers: lesson 13b.
 
 Two different things split the work of loading. **Ranks** split the *data*: ``DistributedSampler`` gives
 rank r every world-th index of the epoch's permutation, and nothing else. **Workers** (``num_workers`` > 0)
@@ -12,7 +12,7 @@ names the worker), each of the world × workers copies yields the whole stream: 
 world × workers times per epoch. ``ExampleStream(shard=True)`` is the fix: copy k of n = world × workers
 (k = rank × workers + worker id) yields examples k, k + n, k + 2n, ...
 
-Used in lesson 13.
+Used in lesson 13b.
 """
 
 from __future__ import annotations

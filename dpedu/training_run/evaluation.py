@@ -19,7 +19,7 @@ another process, scored again on the same held-out set, must give the counts the
 Evaluating in the middle of training (``train_addition --eval-every``) must not leave the model in eval mode:
 ``evaluating`` switches dropout off for the evaluation and back on after it.
 
-Used in lesson 13 and by ``dpedu.scripts.train_addition``.
+Used in lesson 13a and by ``dpedu.scripts.train_addition``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""The squared gradient norms that DDP's all-reduce passes by, recorded for free (lesson 13, part 6).
+"""The squared gradient norms that DDP's all-reduce passes by, recorded for free (lesson 13a, part 5).
 
 Each bucket DDP all-reduces holds, before the reduction, this rank's gradient from its own b examples and,
 after it, the mean over ranks: the gradient of the global batch B = ranks x b. Their squared norms are the
 two batch sizes of lesson 07's two-batch estimate of the gradient noise scale (McCandlish et al. 2018,
 App. A: E|G_b|^2 = |G|^2 + tr(Sigma)/b), so a communication hook that looks at both, and changes nothing,
 measures the noise scale of a DDP run as it trains. The estimate itself is lesson 07's
-``dpedu.sgd.noise_scale.two_batch_noise_scale``: this module records, and holds lesson 13's check of that
+``dpedu.sgd.noise_scale.two_batch_noise_scale``: this module records, and holds lesson 13a's check of that
 estimate against the exact value from per-example gradients (``close_to_exact``).
 
 Under ``no_sync`` accumulation the hook runs in the last micro-batch's backward, on the accumulated gradient

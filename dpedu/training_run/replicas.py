@@ -7,7 +7,7 @@ against another run: ``same_run`` compares two runs' summaries); ``random_states
 ``restore_random_states`` let a checkpoint hold every rank's random state (dropout draws differ per rank), so a
 resumed run draws what the uninterrupted one would have.
 
-Used in lesson 13 and by ``dpedu.scripts.train_addition``.
+Used in lesson 13a and by ``dpedu.scripts.train_addition``.
 """
 
 from __future__ import annotations

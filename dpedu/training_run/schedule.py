@@ -7,7 +7,7 @@ linearly from ``peak / warmup`` to ``peak`` over the first ``warmup`` steps (Goy
 arXiv:1706.02677, warm up large-batch training); then it follows half a cosine down to ``final * peak`` at
 the last step (Loshchilov & Hutter 2017, arXiv:1608.03983, without restarts), as nanoGPT does.
 
-Used in lesson 13 and by ``dpedu.scripts.train_addition``.
+Used in lesson 13a and by ``dpedu.scripts.train_addition``.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ Mixed precision: ``torch.autocast`` runs the forward in 16 bits, the loss in flo
 gradients before clipping, and skips a step whose gradients overflowed (lesson 11). With float32 or
 bfloat16 the scaler is built disabled and each of its calls does nothing.
 
-Used in lesson 13 and by ``dpedu.scripts.train_addition``.
+Used in lesson 13a and by ``dpedu.scripts.train_addition``.
 """
 
 from __future__ import annotations

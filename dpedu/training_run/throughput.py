@@ -1,4 +1,4 @@
-"""Does data parallelism make lesson 13's training faster? Measured (lesson 13), and predicted at scale (lesson 09).
+"""Does data parallelism make lesson 13's training faster? Measured (lesson 13b), and predicted at scale (lesson 09).
 
 Measured inside ranks started by ``dpedu.launch`` (every function here but the last two runs on every rank):
 - ``training_throughput``: samples per second of the real step (``step.train_step`` on the ``gpt.GPT`` of
@@ -138,10 +138,10 @@ def controlled_steps(compute_seconds: Sequence[float], elements: int, *, steps: 
 # each a broken measurement and requires it to fail.
 
 def round_ratio(base: Sequence[float], compared: Sequence[float]) -> float:
-    """The median over rounds of each round's ``compared`` over its ``base``: lesson 13's oversubscribed time over
+    """The median over rounds of each round's ``compared`` over its ``base``: lesson 13b's oversubscribed time over
     the fitting one (cell 38), more ranks' samples/s over fewer's (cell 46). A slow spell the gate cannot see
     (another program, a cloud host slowing its CPUs) moves the ratios of the rounds it falls on, and their median
-    only if it lasts through most of them (3 of 5 rounds: about 6 s of lesson 13's cell 46 on 2 cores)."""
+    only if it lasts through most of them (3 of 5 rounds: about 6 s of lesson 13b's throughput cell on 2 cores)."""
     if len(base) != len(compared) or not base:
         raise ValueError("base and compared must hold one value per round, as many of each")
     return statistics.median(other / first for first, other in zip(base, compared, strict=True))
@@ -157,7 +157,7 @@ def oversubscription_slows(time_ratio: float, *, at_least: float) -> bool:
 def within_the_cores(efficiency: float, ranks: int, usable: int, *, noise: float = 1.2) -> bool:
     """Is a measured scaling efficiency at most what ``usable`` cores allow (``min(ranks, usable) / ranks``),
     plus 20 % for noise? On free cores, more means a timing went wrong; load that slows one process's runs more
-    than the ranks' can raise it (1.83 measured on 2 cores), so lesson 13 asserts it where the cores were free."""
+    than the ranks' can raise it (1.83 measured on 2 cores), so lesson 13b asserts it where the cores were free."""
     return efficiency <= min(ranks, usable) / ranks * noise
 
 
@@ -177,7 +177,7 @@ def flat(seconds: Sequence[float], *, within: float = 3.0) -> bool:
     """Are these times flat: the largest less than ``within`` times the smallest? Lesson 13 asserts it of the
     same all-reduce timed after sleeps of different lengths: its cost does not depend on the batch. Not within
     2x: a core that slept longer can wake slower (0.18 to 0.38 ms measured once), while an all-reduce timed with
-    its partner's wait grows with the sleep (15x to 17x over lesson 13's lengths, measured)."""
+    its partner's wait grows with the sleep (15x to 17x over lesson 13b's lengths, measured)."""
     return max(seconds) < within * min(seconds)
 
 

@@ -181,6 +181,8 @@ def test_lesson12_and_13_answers_pass_the_checks():
     assert lesson13.learning_rate_at(50, values[13, 3])
     assert lesson13.training_flops(85_000_000, 12, 768, 1024, values[13, 5]["flops_per_token"])
     assert lesson13.model_flops_utilisation(1.5e6, values[13, 5]["flops_per_token"], 8, 312e12, values[13, 5]["mfu"])
+    assert lesson13.stream_share(30, 4, 3, 1, 2, values[13, 6])
+    assert all(lesson13.communication_share(0.05, 0.3, batch, share) for batch, share in values[13, 7].items())
     assert lesson14.examples_per_step(8, 4, 3, values[14, 1])
     assert lesson14.gathered(359, 50, 4, values[14, 2]["gather"])
     assert lesson14.twice_divided_lr(0.1, 4, values[14, 3])

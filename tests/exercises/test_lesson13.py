@@ -1,6 +1,10 @@
 import pytest
+import torch.distributed as dist
+from torch.utils.data import DataLoader, get_worker_info
 
+from dpedu import launch
 from dpedu.exercises import lesson13
+from dpedu.training_run.data_loading import ExampleStream
 
 
 def test_micro_batch_check():
@@ -51,3 +55,57 @@ def test_checks_name_bad_arguments():
         lesson13.padding(0, 3, 0)
     with pytest.raises(ValueError, match="step"):
         lesson13.learning_rate_at(-1, 0.1)
+
+
+def test_stream_share_check():
+    assert lesson13.stream_share(30, 4, 3, 1, 2, [5, 17, 29]) and lesson13.stream_share(30, 4, 3, 0, 0, [0, 12, 24])
+    assert lesson13.stream_share(5, 1, 1, 0, 0, (0, 1, 2, 3, 4)) and lesson13.stream_share(3, 4, 1, 3, 0, [])
+    assert not lesson13.stream_share(30, 4, 3, 1, 2, [4, 16, 28])  # rank 1 x 3 + 2 counted from 1
+    assert not lesson13.stream_share(30, 4, 3, 1, 2, [6, 18])  # worker x ranks + rank: the copies numbered across
+    assert not lesson13.stream_share(30, 4, 3, 1, 2, list(range(30)))  # unsharded
+    assert not lesson13.stream_share(30, 4, 3, 1, 2, [29, 17, 5])  # a stream yields in order
+    with pytest.raises(ValueError, match="worker"):
+        lesson13.stream_share(30, 4, 3, 1, 3, [5])
+    with pytest.raises(ValueError, match="rank"):
+        lesson13.stream_share(30, 4, 3, 4, 0, [5])
+    with pytest.raises(TypeError, match="list of example indices"):
+        lesson13.stream_share(30, 4, 3, 1, 2, 5)
+
+
+class TaggedStream(ExampleStream):
+    """ExampleStream's own examples, each with the id of the worker that yielded it."""
+
+    def __iter__(self):
+        worker = get_worker_info().id
+        for example in super().__iter__():
+            yield example, worker
+
+
+def shares_of_real_workers(examples: int, workers: int) -> dict[int, list[int]]:
+    stream = TaggedStream(examples, rank=dist.get_rank(), world_size=dist.get_world_size())
+    shares = {worker: [] for worker in range(workers)}
+    for example, worker in DataLoader(stream, batch_size=None, num_workers=workers):
+        shares[int(worker)].append(int(example))
+    return shares
+
+
+def test_stream_share_check_agrees_with_real_dataloader_workers():
+    """The check runs ExampleStream's __iter__ in this process, as a worker would: what real workers of real ranks
+    yield must be what it accepts."""
+    for rank, shares in enumerate(launch(shares_of_real_workers, 2, args=(13, 3))):
+        for worker, share in shares.items():
+            assert lesson13.stream_share(13, 2, 3, rank, worker, share), (rank, worker, share)
+
+
+def test_communication_share_check():
+    assert lesson13.communication_share(0.05, 0.3, 64, 0.3 / 3.5) and lesson13.communication_share(0.05, 0.3, 4, 0.6)
+    assert lesson13.communication_share(0.05, 0.3, 4, 0.595)  # within 1 %
+    assert not lesson13.communication_share(0.05, 0.3, 4, 60)  # a percentage
+    assert not lesson13.communication_share(0.05, 0.3, 4, 0.3 / 0.2)  # over the compute alone
+    assert not lesson13.communication_share(0.05, 0.3, 4, 0.4)  # the compute's share
+    with pytest.raises(ValueError, match="all_reduce_ms"):
+        lesson13.communication_share(0.05, 0, 4, 0.6)
+    with pytest.raises(ValueError, match="examples_per_rank"):
+        lesson13.communication_share(0.05, 0.3, 0, 0.6)
+    with pytest.raises(TypeError, match="answer must be a number"):
+        lesson13.communication_share(0.05, 0.3, 4, "0.6")

@@ -135,7 +135,7 @@ def _shown_objects():
 def test_every_shown_object_is_found_in_loops_and_in_the_course_scripts():
     shown = [where for where, _, _ in _shown_objects()]
     assert "12a: model_parallel.megatron_mlp" in shown  # shown in a loop over a tuple
-    assert "13: train_addition.train" in shown  # a course script (dpedu.scripts)
+    assert "13a: train_addition.train" in shown  # a course script (dpedu.scripts)
 
 
 def test_every_shown_source_a_lesson_stored_is_the_source_as_it_is_now():
