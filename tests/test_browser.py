@@ -46,7 +46,7 @@ NOTEBOOKS = [path for group in course_notebooks() for path in group]  # the less
 SCREENSHOTS = ROOT / ".browser-failures"
 CHROMIUM = os.environ.get("DPEDU_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 # Seconds for "Run All" of one notebook on 2 cores: a hang detector, not the time budget (benchmarks/cell_times.py
-# checks that). Three times the longest lessons' 150-s bar: lesson 13 runs in about 112 s on an idle machine, but
+# checks that). Three times the longest lessons' 150-s bar: lesson 13a runs in about 100 s on an idle machine, but
 # machines of CI's kind differ more than twofold, and on the slowest it took 305 s under nbval with one core kept
 # busy and did not finish in 300 s in the browser beside other work, which says nothing about the notebook.
 RUN_LIMIT = 450.0

@@ -73,15 +73,16 @@ def stream_share(examples: int, ranks: int, workers: int, rank: int, worker: int
     whole("workers", workers, maximum=64)
     whole("rank", rank, 0, maximum=ranks - 1)
     whole("worker", worker, 0, maximum=workers - 1)
-    if not isinstance(answer, (list, tuple)) or not all(isinstance(i, Integral) and not isinstance(i, bool)
-                                                        for i in answer):
+    given = answer.tolist() if hasattr(answer, "tolist") else answer  # a NumPy array or a tensor, as a list
+    if not isinstance(given, (list, tuple, range)) or not all(isinstance(i, Integral) and not isinstance(i, bool)
+                                                              for i in given):
         raise TypeError(f"answer must be a list of example indices, got {answer!r}")
     this_worker = SimpleNamespace(id=worker, num_workers=workers)  # what get_worker_info() says inside that worker
     with mock.patch.object(data_loading, "get_worker_info", return_value=this_worker):
         truth = list(data_loading.ExampleStream(examples, rank=rank, world_size=ranks, shard=True))
-    return verdict([int(i) for i in answer] == truth,
-                   "number the ranks' workers as copies k = rank x workers + worker of n = ranks x workers: copy k "
-                   "yields k, k + n, k + 2n, ... below the number of examples")
+    return verdict([int(i) for i in given] == truth,
+                   "number the ranks' workers as copies k = rank x workers + worker of n = ranks x workers (ranks and "
+                   "workers counted from 0): copy k yields k, k + n, k + 2n, ... below the number of examples")
 
 
 def communication_share(compute_ms_per_example: float, all_reduce_ms: float, examples_per_rank: int,
@@ -95,4 +96,4 @@ def communication_share(compute_ms_per_example: float, all_reduce_ms: float, exa
     number(answer)
     return verdict(close(answer, all_reduce / (compute + all_reduce), 0.01),
                    "the step is compute (ms per example x examples) plus the all-reduce; its share is all-reduce / "
-                   "step, as a fraction")
+                   "step, as a fraction, within 1 %")

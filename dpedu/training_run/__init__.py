@@ -1,4 +1,4 @@
-"""Lesson 13: a real training run, end to end: a small GPT learns multi-digit addition on N ranks.
+"""Lesson 13 (13a and 13b): a real training run: a small GPT learns multi-digit addition on N ranks.
 
 Modules (the first nine used by ``dpedu.scripts.train_addition``, the torchrun script the lesson runs):
 - ``addition``: the data, generated from a seed: ``"12+39=150"`` (the sum written least significant digit

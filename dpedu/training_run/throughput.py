@@ -11,7 +11,7 @@ Measured inside ranks started by ``dpedu.launch`` (every function here but the l
   size, timed alone, so that what communication costs beside compute is measured without ranks competing for
   the cores.
 
-Lesson 13's checks of these measurements are functions here too (``round_ratio``, ``oversubscription_slows``,
+Lesson 13b's checks of these measurements are functions here too (``round_ratio``, ``oversubscription_slows``,
 ``within_the_cores``, ``faster_not_twice``, ``no_faster_than``, ``flat``), so that the lesson asserts them and
 ``tests/claims`` shows each one failing on a broken measurement.
 
@@ -134,12 +134,12 @@ def controlled_steps(compute_seconds: Sequence[float], elements: int, *, steps: 
     return [min(ts) for ts in timed]
 
 
-# Lesson 13's checks of these measurements. Each says what it asserts and why that bound; tests/claims feeds
+# Lesson 13b's checks of these measurements. Each says what it asserts and why that bound; tests/claims feeds
 # each a broken measurement and requires it to fail.
 
 def round_ratio(base: Sequence[float], compared: Sequence[float]) -> float:
     """The median over rounds of each round's ``compared`` over its ``base``: lesson 13b's oversubscribed time over
-    the fitting one (cell 38), more ranks' samples/s over fewer's (cell 46). A slow spell the gate cannot see
+    the fitting one (its cell 11), more ranks' samples/s over fewer's (its cell 15). A slow spell the gate cannot see
     (another program, a cloud host slowing its CPUs) moves the ratios of the rounds it falls on, and their median
     only if it lasts through most of them (3 of 5 rounds: about 6 s of lesson 13b's throughput cell on 2 cores)."""
     if len(base) != len(compared) or not base:
@@ -149,7 +149,7 @@ def round_ratio(base: Sequence[float], compared: Sequence[float]) -> float:
 
 def oversubscription_slows(time_ratio: float, *, at_least: float) -> bool:
     """Did the oversubscribed ranks take at least ``at_least`` times the fitting ranks' time for the same work
-    (``time_ratio``, from ``round_ratio``)? Lesson 13 asserts 0.9 on any machine (oversubscribing never made it
+    (``time_ratio``, from ``round_ratio``)? Lesson 13b asserts 0.9 on any machine (oversubscribing never made it
     faster: 1.8x to 5x measured on 2 idle cores, more with one core taken) and 1.3 where two cores were free."""
     return time_ratio >= at_least
 
@@ -162,7 +162,7 @@ def within_the_cores(efficiency: float, ranks: int, usable: int, *, noise: float
 
 
 def faster_not_twice(speedup: float) -> bool:
-    """Lesson 13's claim of 2 ranks on 2 free cores: ``speedup`` (their samples/s over one process's, from
+    """Lesson 13b's claim of 2 ranks on 2 free cores: ``speedup`` (their samples/s over one process's, from
     ``round_ratio``) more than 1.1, less than 2."""
     return 1.1 < speedup < 2
 
@@ -174,7 +174,7 @@ def no_faster_than(ratio: float, *, margin: float = 1.15) -> bool:
 
 
 def flat(seconds: Sequence[float], *, within: float = 3.0) -> bool:
-    """Are these times flat: the largest less than ``within`` times the smallest? Lesson 13 asserts it of the
+    """Are these times flat: the largest less than ``within`` times the smallest? Lesson 13b asserts it of the
     same all-reduce timed after sleeps of different lengths: its cost does not depend on the batch. Not within
     2x: a core that slept longer can wake slower (0.18 to 0.38 ms measured once), while an all-reduce timed with
     its partner's wait grows with the sleep (15x to 17x over lesson 13b's lengths, measured)."""

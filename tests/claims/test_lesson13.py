@@ -2,6 +2,7 @@
 asserts with must fail where the claim is false (a broken resume, a wrong noise-scale formula, wrong parameters,
 impossible timings). Each test names the cell it backs in its docstring's first line."""
 
+import math
 import shutil
 import statistics
 import time
@@ -39,7 +40,7 @@ def run(argv: list[str], broken: str | None = None) -> dict | None:
 
 
 def test_a_resume_that_reseeds_or_restarts_the_epoch_fails_the_resumed_runs_comparison(tmp_path):
-    """Backs 13 cell 29: a resumed run is the uninterrupted one bit for bit (replicas.same_run); a resume that
+    """Backs 13a cell 29: a resumed run is the uninterrupted one bit for bit (replicas.same_run); a resume that
     reseeds its random numbers, or starts its epoch over instead of at the checkpoint's position, is not."""
     # 16 steps an epoch; checkpoints every 8 steps; stopped after step 12, so resumed mid-epoch from step 8.
     # Dropout makes the random states part of the run.
@@ -62,7 +63,7 @@ def test_a_resume_that_reseeds_or_restarts_the_epoch_fails_the_resumed_runs_comp
 
 
 def test_wrong_parameters_fail_the_independent_evaluation(tmp_path):
-    """Backs 13 cell 23: the run's reported held-out count is what its parameters, loaded from its checkpoint,
+    """Backs 13a cell 23: the run's reported held-out count is what its parameters, loaded from its checkpoint,
     score when evaluated again in another process (evaluation.scores_as_reported); other parameters do not."""
     short = ["--steps", "300", "--warmup", "50", "--train-examples", "2000", "--heldout-examples", "500"]
     path = tmp_path / "run.pt"
@@ -85,7 +86,7 @@ def test_wrong_parameters_fail_the_independent_evaluation(tmp_path):
 
 
 def test_a_noise_scale_estimate_missing_its_1_over_B_fails_the_check_against_the_exact_value():
-    """Backs 13 cell 58: the hook's two-batch estimate at a fixed model is within 25 % of the exact B_simple
+    """Backs 13a cell 40: the hook's two-batch estimate at a fixed model is within 25 % of the exact B_simple
     (gradient_norms.close_to_exact); the same norms put through a formula missing the 1/B factor are not."""
     frozen = launch(run, 2, (["--noise-scale", "--lr", "1e-12", "--warmup", "1", "--steps", "20"],),
                     timeout=120)[0]["noise_scale"]
@@ -116,7 +117,7 @@ def test_a_noise_scale_estimate_missing_its_1_over_B_fails_the_check_against_the
 
 
 def test_oversubscribed_runs_measured_faster_fail_both_tiers():
-    """Backs 13 cell 38: oversubscription_slows at 0.9 (any machine) and 1.3 (two free cores) passes the stored
+    """Backs 13b cell 11: oversubscription_slows at 0.9 (any machine) and 1.3 (two free cores) passes a stored
     run (5.2 ms fitting, 13.2 ms oversubscribed) and fails a measurement where oversubscribing was faster."""
     assert throughput.oversubscription_slows(13.2e-3 / 5.2e-3, at_least=0.9)
     assert throughput.oversubscription_slows(13.2e-3 / 5.2e-3, at_least=1.3)
@@ -125,7 +126,7 @@ def test_oversubscribed_runs_measured_faster_fail_both_tiers():
 
 
 def test_a_slow_spell_over_two_rounds_leaves_the_median_of_the_rounds_ratios_and_a_slower_over_run_does_not():
-    """Backs 13 cell 38's round_ratio: a spell that slowed everything threefold from round 2 until round 4's
+    """Backs 13b cell 11's round_ratio: a spell that slowed everything threefold from round 2 until round 4's
     oversubscribed run (the gate cannot see it between its readings) fools the medians of the fitting and the
     oversubscribed times, as CI once read 1.07x; the median of each round's ratio is not fooled. Oversubscribed
     runs as fast as the fitting ones fail it."""
@@ -137,8 +138,8 @@ def test_a_slow_spell_over_two_rounds_leaves_the_median_of_the_rounds_ratios_and
         throughput.round_ratio(fitting, oversubscribed[:4])
 
 
-def test_throughputs_beyond_the_cores_or_outside_the_speed_up_fail_cell_46s_checks():
-    """Backs 13 cell 46: within_the_cores, faster_not_twice and no_faster_than pass the stored run (1.43x and
+def test_throughputs_beyond_the_cores_or_outside_the_speed_up_fail_the_throughput_cells_checks():
+    """Backs 13b cell 15: within_the_cores, faster_not_twice and no_faster_than pass a stored run (1.43x and
     1.26x one process's samples/s on 2 and 4 ranks, 2 cores) and fail broken ones: an efficiency the cores
     cannot give, 2 ranks twice as fast or slower than one process, 4 ranks on 2 cores beating 2."""
     two, four, usable = 1.43, 1.26, 2
@@ -153,7 +154,7 @@ def test_throughputs_beyond_the_cores_or_outside_the_speed_up_fail_cell_46s_chec
 
 
 def test_a_slow_spell_on_the_two_rank_runs_fools_the_better_of_two_runs_and_not_the_rounds_median():
-    """Backs 13 cell 46's rounds: a spell that slowed the 2-rank runs of two rounds (one core taken, so both
+    """Backs 13b cell 15's rounds: a spell that slowed the 2-rank runs of two rounds (one core taken, so both
     ranks wait for the slow one at every all-reduce) while one process ran at full speed on the other core made
     the better of 2 runs read 0.88x, as CI once read 1.04x with the gate at 1.98x before and after; the median
     of 5 rounds' ratios reads 1.5x. 2 ranks never faster than one process, in every round, fail it; so does a spell
@@ -167,8 +168,8 @@ def test_a_slow_spell_on_the_two_rank_runs_fools_the_better_of_two_runs_and_not_
     assert not throughput.faster_not_twice(throughput.round_ratio(one, [12000.0, 7000.0, 7000.0, 7000.0, 12000.0]))
 
 
-def test_mfus_against_a_wrong_peak_or_a_partly_timed_step_fail_cell_47s_checks():
-    """Backs 13 cells 43 and 47: plausible_mfu passes the stored run (6518 samples/s of 8 tokens, 617,472 FLOPs a
+def test_mfus_against_a_wrong_peak_or_a_partly_timed_step_fail_the_mfu_cells_checks():
+    """Backs 13a cell 33 and 13b cell 18: plausible_mfu passes a stored run (6518 samples/s of 8 tokens, 617,472 FLOPs a
     token, against one core's 102 GFLOP/s: 31.6 %) and fails an MFU whose peak is in the wrong unit (GFLOP/s for
     FLOP/s) and one whose step was timed for its forward only (3 times the rate: 95 %). The last needs an MFU above
     a third of 80 %: a run stored on a slower day read 23.2 %, whose forward-only timing, 70 %, would pass; the
@@ -202,8 +203,27 @@ def alone_after_a_barrier(compute_seconds: list[float], elements: int) -> list[f
     return throughput.controlled_steps(compute_seconds, elements, steps=7)
 
 
+def _reported_mfu_is_over_the_ranks_peaks(run: dict, ranks: int, formula: int) -> bool:  # 13a cell 33's check
+    return math.isclose(run["mfu"], flops.mfu(run["tokens_per_second"], formula, ranks * run["peak_flops"]),
+                        rel_tol=1e-9)
+
+
+def test_a_script_mfu_over_one_ranks_peak_or_other_flops_fails_the_check_of_the_reported_mfu():
+    """Backs 13a cell 33: the script's reported MFU is its tokens/s x the formula's FLOPs over ranks x the peak its
+    rank 0 measured (the summary's own fields, as train_addition writes them); an MFU held to one rank's peak on 2
+    ranks, or computed with FLOPs other than the formula's (6 N alone), fails."""
+    formula, tokens_per_second, peak = 617_472, 57_387.0, 87e9  # a stored 2-rank run's summary, rounded
+    run = {"tokens_per_second": tokens_per_second, "peak_flops": peak,
+           "mfu": flops.mfu(tokens_per_second, formula, 2 * peak)}
+    assert _reported_mfu_is_over_the_ranks_peaks(run, 2, formula)
+    assert not _reported_mfu_is_over_the_ranks_peaks({**run, "mfu": flops.mfu(tokens_per_second, formula, peak)},
+                                                     2, formula)
+    assert not _reported_mfu_is_over_the_ranks_peaks(
+        {**run, "mfu": flops.mfu(tokens_per_second, 6 * 100_864, 2 * peak)}, 2, formula)
+
+
 def test_an_all_reduce_timing_that_holds_the_partners_wait_fails_the_flatness_check():
-    """Backs 13 cell 49: the all-reduce timed alone after a barrier is flat across compute lengths (flat: within
+    """Backs 13b cell 20: the all-reduce timed alone after a barrier is flat across compute lengths (flat: within
     3x), measured here; timed with the wait for a partner who computes longer, it is not."""
     durations, elements = [0.008, 0.004, 0.002, 0.001, 0.0005, 0.00025], 102_144  # 64 to 2 examples, the model
     waiting = launch(waits_for_its_partner, 2, args=(durations, elements, 7), timeout=60)[0]
@@ -223,7 +243,7 @@ def every_rank_reads_rank_0s_shard(argv: list[str]) -> dict | None:
 
 
 def test_ranks_that_read_the_same_shard_fail_the_agreement_with_one_process():
-    """Backs 13 cell 25: the first losses of 2 ranks agree with one process's within 1e-5 (the cell's check, on
+    """Backs 13a cell 25: the first losses of 2 ranks agree with one process's within 1e-5 (the cell's check, on
     a smaller run), and 2 ranks that each read rank 0's shard, so that the global batch holds half the examples
     twice, do not."""
     tiny = ["--width", "16", "--heads", "2", "--layers", "1", "--train-examples", "256", "--heldout-examples", "30",

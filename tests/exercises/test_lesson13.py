@@ -1,4 +1,6 @@
+import numpy as np
 import pytest
+import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, get_worker_info
 
@@ -64,12 +66,16 @@ def test_stream_share_check():
     assert not lesson13.stream_share(30, 4, 3, 1, 2, [6, 18])  # worker x ranks + rank: the copies numbered across
     assert not lesson13.stream_share(30, 4, 3, 1, 2, list(range(30)))  # unsharded
     assert not lesson13.stream_share(30, 4, 3, 1, 2, [29, 17, 5])  # a stream yields in order
-    with pytest.raises(ValueError, match="worker"):
+    assert lesson13.stream_share(30, 4, 3, 1, 2, range(5, 30, 12))
+    assert lesson13.stream_share(30, 4, 3, 1, 2, torch.tensor([5, 17, 29]))
+    assert lesson13.stream_share(30, 4, 3, 1, 2, np.array([5, 17, 29]))
+    with pytest.raises(ValueError, match="^worker must"):
         lesson13.stream_share(30, 4, 3, 1, 3, [5])
-    with pytest.raises(ValueError, match="rank"):
+    with pytest.raises(ValueError, match="^rank must"):
         lesson13.stream_share(30, 4, 3, 4, 0, [5])
-    with pytest.raises(TypeError, match="list of example indices"):
-        lesson13.stream_share(30, 4, 3, 1, 2, 5)
+    for not_a_list in (5, "5, 17, 29", [5.0, 17.0, 29.0], [True, False]):
+        with pytest.raises(TypeError, match="list of example indices"):
+            lesson13.stream_share(30, 4, 3, 1, 2, not_a_list)
 
 
 class TaggedStream(ExampleStream):
@@ -103,9 +109,11 @@ def test_communication_share_check():
     assert not lesson13.communication_share(0.05, 0.3, 4, 60)  # a percentage
     assert not lesson13.communication_share(0.05, 0.3, 4, 0.3 / 0.2)  # over the compute alone
     assert not lesson13.communication_share(0.05, 0.3, 4, 0.4)  # the compute's share
-    with pytest.raises(ValueError, match="all_reduce_ms"):
+    with pytest.raises(ValueError, match="^all_reduce_ms must"):
         lesson13.communication_share(0.05, 0, 4, 0.6)
-    with pytest.raises(ValueError, match="examples_per_rank"):
+    with pytest.raises(ValueError, match="^compute_ms_per_example must"):
+        lesson13.communication_share(-0.05, 0.3, 4, 0.6)
+    with pytest.raises(ValueError, match="^examples_per_rank must"):
         lesson13.communication_share(0.05, 0.3, 0, 0.6)
     with pytest.raises(TypeError, match="answer must be a number"):
         lesson13.communication_share(0.05, 0.3, 4, "0.6")
