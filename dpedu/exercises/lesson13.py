@@ -96,4 +96,4 @@ def communication_share(compute_ms_per_example: float, all_reduce_ms: float, exa
     number(answer)
     return verdict(close(answer, all_reduce / (compute + all_reduce), 0.01),
                    "the step is compute (ms per example x examples) plus the all-reduce; its share is all-reduce / "
-                   "step, as a fraction, within 1 %")
+                   "step, as a fraction, within 1 % of the value")

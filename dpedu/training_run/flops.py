@@ -23,6 +23,7 @@ Used in lesson 13 and by ``dpedu.scripts.train_addition``.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Sequence
@@ -35,7 +36,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from dpedu._validate import real, tensor, whole
 
 __all__ = ["non_embedding_parameters", "training_flops_per_token", "flops_per_token", "counted_flops_per_token",
-           "peak_flops", "mfu", "plausible_mfu"]
+           "peak_flops", "mfu", "reported_mfu_holds", "plausible_mfu"]
 
 
 def non_embedding_parameters(model: nn.Module) -> int:
@@ -101,11 +102,18 @@ def mfu(tokens_per_second: float, flops_per_token: float, peak: float) -> float:
     """Model FLOPs utilisation: the model FLOP/s achieved, ``tokens_per_second`` × ``flops_per_token``, over
     ``peak``, the peak FLOP/s of all the devices that computed those tokens: ranks × one rank's where each rank
     has a device of its own. Lesson 13 passes ranks × one core's peak on an oversubscribed machine too, which
-    counts cores it does not have (4 ranks on 2 cores: half the machine's MFU), and says so where it prints it."""
+    counts cores it does not have (4 ranks on 2 cores: half the machine's MFU), and 13b's text says so."""
     real("tokens_per_second", tokens_per_second, at_least=0)
     real("flops_per_token", flops_per_token, above=0)
     real("peak", peak, above=0)
     return tokens_per_second * flops_per_token / peak
+
+
+def reported_mfu_holds(summary: dict, flops_per_token: float, ranks: int) -> bool:
+    """Lesson 13a's check of the script's summary: is its ``mfu`` its ``tokens_per_second`` × ``flops_per_token``
+    over ``ranks`` × the ``peak_flops`` its rank 0 measured (to float rounding)?"""
+    expected = mfu(summary["tokens_per_second"], flops_per_token, ranks * summary["peak_flops"])
+    return math.isclose(summary["mfu"], expected, rel_tol=1e-9)
 
 
 def plausible_mfu(value: float, *, below: float = 1.0) -> bool:

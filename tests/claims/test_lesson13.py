@@ -2,7 +2,6 @@
 asserts with must fail where the claim is false (a broken resume, a wrong noise-scale formula, wrong parameters,
 impossible timings). Each test names the cell it backs in its docstring's first line."""
 
-import math
 import shutil
 import statistics
 import time
@@ -203,23 +202,17 @@ def alone_after_a_barrier(compute_seconds: list[float], elements: int) -> list[f
     return throughput.controlled_steps(compute_seconds, elements, steps=7)
 
 
-def _reported_mfu_is_over_the_ranks_peaks(run: dict, ranks: int, formula: int) -> bool:  # 13a cell 33's check
-    return math.isclose(run["mfu"], flops.mfu(run["tokens_per_second"], formula, ranks * run["peak_flops"]),
-                        rel_tol=1e-9)
-
-
 def test_a_script_mfu_over_one_ranks_peak_or_other_flops_fails_the_check_of_the_reported_mfu():
-    """Backs 13a cell 33: the script's reported MFU is its tokens/s x the formula's FLOPs over ranks x the peak its
-    rank 0 measured (the summary's own fields, as train_addition writes them); an MFU held to one rank's peak on 2
-    ranks, or computed with FLOPs other than the formula's (6 N alone), fails."""
-    formula, tokens_per_second, peak = 617_472, 57_387.0, 87e9  # a stored 2-rank run's summary, rounded
+    """Backs 13a cell 33: reported_mfu_holds passes a summary whose MFU is its tokens/s x the formula's FLOPs over
+    ranks x the peak its rank 0 measured (the summary's own fields, as train_addition writes them); an MFU held to
+    one rank's peak on 2 ranks, or computed with FLOPs other than the formula's (6 N alone), fails."""
+    formula, tokens_per_second, peak = 617_472, 52_403.0, 104e9  # a stored 2-rank run's tokens/s and peak
     run = {"tokens_per_second": tokens_per_second, "peak_flops": peak,
            "mfu": flops.mfu(tokens_per_second, formula, 2 * peak)}
-    assert _reported_mfu_is_over_the_ranks_peaks(run, 2, formula)
-    assert not _reported_mfu_is_over_the_ranks_peaks({**run, "mfu": flops.mfu(tokens_per_second, formula, peak)},
-                                                     2, formula)
-    assert not _reported_mfu_is_over_the_ranks_peaks(
-        {**run, "mfu": flops.mfu(tokens_per_second, 6 * 100_864, 2 * peak)}, 2, formula)
+    assert flops.reported_mfu_holds(run, formula, 2)
+    assert not flops.reported_mfu_holds({**run, "mfu": flops.mfu(tokens_per_second, formula, peak)}, formula, 2)
+    assert not flops.reported_mfu_holds({**run, "mfu": flops.mfu(tokens_per_second, 6 * 100_864, 2 * peak)},
+                                        formula, 2)
 
 
 def test_an_all_reduce_timing_that_holds_the_partners_wait_fails_the_flatness_check():
