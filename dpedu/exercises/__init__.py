@@ -105,14 +105,25 @@ def results() -> dict[str, bool]:
     return {question: verdicts[-1] for question, verdicts in _verdicts.items()}
 
 
+def plain(value: object) -> object:
+    """The Python number a NumPy scalar, or a one-element array or tensor, holds (learners compute answers with
+    NumPy and torch); anything else as it is."""
+    numel = getattr(value, "numel", None)  # a tensor counts its elements with numel(), an array with .size
+    count = numel() if callable(numel) else getattr(value, "size", None)
+    return value.item() if count == 1 and callable(getattr(value, "item", None)) else value
+
+
 def close(answer: object, truth: float, rel: float) -> bool:
     """Is ``answer`` a finite number within ``rel`` (relative) of ``truth``? Any non-number is not."""
+    answer = plain(answer)
     return (isinstance(answer, (int, float)) and not isinstance(answer, bool) and math.isfinite(answer)
             and abs(answer - truth) <= rel * abs(truth))
 
 
-def number(answer: object) -> object:
-    """A number is an answer (right or wrong; NaN and inf are wrong); anything else is a TypeError."""
+def number(answer: object) -> int | float:
+    """A number is an answer (right or wrong; NaN and inf are wrong), returned as a Python number (``plain``);
+    anything else is a TypeError."""
+    answer = plain(answer)
     if isinstance(answer, bool) or not isinstance(answer, (int, float)):
         raise TypeError(f"answer must be a number, got {answer!r}")
     return answer

@@ -32,8 +32,8 @@ def buckets_per_step(sizes: Sequence[int], cap_mb: float, mini: int, torch_ddp: 
     for size in sizes:
         whole("sizes", size)
     real("cap_mb", cap_mb, above=0)
-    number(mini)
-    number(torch_ddp)
+    mini = number(mini)
+    torch_ddp = number(torch_ddp)
     right_mini, right_torch = _bucket_counts(sizes, cap_mb * 2**20)
     hints = []
     if mini != right_mini:
@@ -49,7 +49,7 @@ def compressed_ring_bytes(bucket_bytes: int, ranks: int, answer: float) -> bool:
     ``bucket_bytes`` (1 %)?"""
     whole("bucket_bytes", bucket_bytes)
     whole("ranks", ranks, minimum=2)
-    number(answer)
+    answer = number(answer)
     right = 2 * (ranks - 1) / ranks * bucket_bytes / 2
     return verdict(close(answer, right, 0.01),
                    "the hook all-reduces the bucket in float16, half its bytes, and a ring sends 2(p - 1)/p of "
@@ -62,7 +62,7 @@ def powersgd_fewer(rows: int, columns: int, rank: int, answer: float) -> bool:
     whole("rows", rows)
     whole("columns", columns)
     whole("rank", rank)
-    number(answer)
+    answer = number(answer)
     right = rows * columns / (rank * (rows + columns))
     return verdict(close(answer, right, 0.01),
                    "the matrix is rows x columns numbers; P is rows x rank and Q is columns x rank")

@@ -21,7 +21,7 @@ def zero_gigabytes(params: float, world_size: int, stage: int, answer: float, pr
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {tuple(PRECISIONS)}, got {precision!r}")
     truth = model_state_bytes(params, world_size, stage, **PRECISIONS[precision])["total"] / 1e9
-    number(answer)
+    answer = number(answer)
     split = " + ".join(str(b) for b in PRECISIONS[precision].values())
     return verdict(close(answer, truth, 0.01), f"16 bytes per parameter: {split}; which of the three does "
                                                "this stage split over the ranks?")
@@ -49,7 +49,7 @@ def hsdp_gigabytes(params: float, shard_size: int, answer: float, precision: str
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {tuple(PRECISIONS)}, got {precision!r}")
     truth = model_state_bytes(params, shard_size, 3, **PRECISIONS[precision])["total"] / 1e9
-    number(answer)
+    answer = number(answer)
     return verdict(close(answer, truth, 0.01), "HSDP is FSDP within one group: over how many GPUs is each "
                                                "byte sharded, and does the number of groups matter?")
 
@@ -62,7 +62,7 @@ def kept_with_checkpointing(blocks: int, width: int, batch: int, answer: int) ->
     whole("width", width)
     whole("batch", batch)
     truth = kept_activation_bytes(blocks, 0, batch * width * 4, full=True)
-    number(answer)
+    answer = number(answer)
     return verdict(answer == truth, "a checkpointed block keeps only its input: how many float32 values is "
                                     "that, and how many blocks are there?")
 
@@ -74,6 +74,6 @@ def zero_one_slice(params: int, ranks: int, answer: int) -> bool:
     whole("params", params)
     whole("ranks", ranks, maximum=100_000)
     truth = -(-params // ranks)
-    number(answer)
+    answer = number(answer)
     return verdict(answer == truth, "the flat vector is padded to a multiple of the ranks, then cut in equal "
                                     "slices: divide, rounding up")

@@ -19,7 +19,7 @@ def bubble(stages: int, micro_batches: int, answer: float) -> bool:
     """What share of a GPipe step do ``stages`` stages spend idle with ``micro_batches`` micro-batches,
     when every forward and backward takes the same time (within 1 %)?"""
     truth = bubble_fraction(whole("stages", stages, maximum=1000), whole("micro_batches", micro_batches))
-    number(answer)
+    answer = number(answer)
     return verdict(close(answer, truth, 0.01), "draw the timeline: how many slots does the first stage wait "
                                                "before its first backward, and how many slots are there?")
 
@@ -30,7 +30,7 @@ def micro_batches_kept(kind: str, stages: int, micro_batches: int, stage: int, a
     whole("stages", stages, maximum=64)
     whole("micro_batches", micro_batches, maximum=256)
     truth = peak_in_flight(schedule(kind, stages, micro_batches, stage))
-    number(answer)
+    answer = number(answer)
     return verdict(answer == truth, "list the stage's forwards and backwards in order and count the "
                                     "micro-batches forwarded but not yet backwarded")
 

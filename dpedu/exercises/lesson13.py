@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from unittest import mock
 
 from dpedu._validate import real, whole
-from dpedu.exercises import close, number, verdict
+from dpedu.exercises import close, number, plain, verdict
 from dpedu.training_run import data_loading
 from dpedu.training_run.batches import micro_batch_size
 from dpedu.training_run.flops import flops_per_token, mfu
@@ -21,7 +21,7 @@ def micro_batch(global_batch: int, ranks: int, accumulate: int, answer: int) -> 
     """How many examples does each rank run per forward-backward with ``--global-batch global_batch`` on
     ``ranks`` ranks and ``--accumulate accumulate`` (exactly; the script refuses batches that do not divide)?"""
     truth = micro_batch_size(global_batch, ranks, accumulate)  # a ValueError names a global batch that does not divide
-    number(answer)
+    answer = number(answer)
     return verdict(answer == truth, "one optimizer step sees the global batch: ranks x accumulate micro-batches")
 
 
@@ -30,7 +30,7 @@ def padding(examples: int, ranks: int, answer: int) -> bool:
     over ``ranks`` ranks?"""
     whole("examples", examples)
     whole("ranks", ranks, maximum=100_000)
-    number(answer)
+    answer = number(answer)
     truth = math.ceil(examples / ranks) * ranks - examples
     return verdict(answer == truth, "every rank gets ceil(examples / ranks); the total minus examples is padding")
 
@@ -39,7 +39,7 @@ def learning_rate_at(step: int, answer: float, *, peak: float = 3e-3, warmup: in
                      final: float = 0.1) -> bool:
     """The learning rate of optimizer step ``step`` (0-based) of the script's schedule (within 1 %)."""
     truth = learning_rate(step, peak=peak, warmup=warmup, total=total, final=final)
-    number(answer)
+    answer = number(answer)
     return verdict(close(answer, truth, 0.01), "during warmup the rate is peak x (step + 1) / warmup; after it, "
                                                "half a cosine from peak down to final x peak")
 
@@ -48,7 +48,7 @@ def training_flops(parameters: int, layers: int, width: int, sequence: int, answ
     """FLOPs of one token's forward and backward through a GPT of ``parameters`` non-embedding parameters,
     ``layers`` blocks of width ``width``, in sequences of ``sequence`` tokens (within 1 %)."""
     truth = flops_per_token(parameters, layers, width, sequence)
-    number(answer)
+    answer = number(answer)
     return verdict(close(answer, truth, 0.01), "6 per parameter (2 forward, 4 backward) and 12 L d T for attention's "
                                                "two matmuls per layer, forward and backward")
 
@@ -59,7 +59,7 @@ def model_flops_utilisation(tokens_per_second: float, flops_per_token: float, de
     ``peak_per_device`` FLOP/s each (within 1 %)."""
     whole("devices", devices)
     truth = mfu(tokens_per_second, flops_per_token, devices * peak_per_device)
-    number(answer)
+    answer = number(answer)
     return verdict(close(answer, truth, 0.01), "the model's FLOP/s (tokens/s x FLOPs per token) over the peak of "
                                                "every device that computed them, as a fraction (0.4, not 40)")
 
@@ -74,8 +74,8 @@ def stream_share(examples: int, ranks: int, workers: int, rank: int, worker: int
     whole("rank", rank, 0, maximum=ranks - 1)
     whole("worker", worker, 0, maximum=workers - 1)
     given = answer.tolist() if hasattr(answer, "tolist") else answer  # a NumPy array or a tensor, as a list
-    if not isinstance(given, (list, tuple, range)) or not all(isinstance(i, Integral) and not isinstance(i, bool)
-                                                              for i in given):
+    given = [plain(i) for i in given] if isinstance(given, (list, tuple, range)) else None
+    if given is None or not all(isinstance(i, Integral) and not isinstance(i, bool) for i in given):
         raise TypeError(f"answer must be a list of example indices, got {answer!r}")
     this_worker = SimpleNamespace(id=worker, num_workers=workers)  # what get_worker_info() says inside that worker
     with mock.patch.object(data_loading, "get_worker_info", return_value=this_worker):
@@ -93,7 +93,7 @@ def communication_share(compute_ms_per_example: float, all_reduce_ms: float, exa
     compute = real("compute_ms_per_example", compute_ms_per_example, above=0) * whole("examples_per_rank",
                                                                                      examples_per_rank)
     all_reduce = real("all_reduce_ms", all_reduce_ms, above=0)
-    number(answer)
+    answer = number(answer)
     return verdict(close(answer, all_reduce / (compute + all_reduce), 0.01),
                    "the step is compute (ms per example x examples) plus the all-reduce; its share is all-reduce / "
                    "step, as a fraction, within 1 % of the value")

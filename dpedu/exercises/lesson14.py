@@ -13,7 +13,7 @@ def examples_per_step(micro_batch: int, accumulate: int, processes: int, answer:
     ``gradient_accumulation_steps=accumulate`` and ``processes`` processes?"""
     for name, value in (("micro_batch", micro_batch), ("accumulate", accumulate), ("processes", processes)):
         whole(name, value)
-    number(answer)
+    answer = number(answer)
     return verdict(answer == micro_batch * accumulate * processes,
                    "each process takes whole batches of the loader's batch_size, one per micro-batch")
 
@@ -23,7 +23,7 @@ def gathered(examples: int, batch: int, processes: int, answer: int) -> bool:
     ``examples`` examples, ``batch_size=batch``, on ``processes`` processes (``even_batches``, the default)?"""
     for name, value in (("examples", examples), ("batch", batch), ("processes", processes)):
         whole(name, value)
-    number(answer)
+    answer = number(answer)
     rounds = math.ceil(math.ceil(examples / batch) / processes)
     return verdict(answer == rounds * processes * batch,
                    "the loader's batches are dealt to the processes in turn, and every process gets a full batch "
@@ -35,7 +35,7 @@ def twice_divided_lr(lr: float, accumulate: int, answer: float) -> bool:
     ``gradient_accumulation_steps=accumulate`` trains as the right loop would at which learning rate (1 %)?"""
     real("lr", lr, above=0)
     whole("accumulate", accumulate)
-    number(answer)
+    answer = number(answer)
     return verdict(close(answer, lr / accumulate, 0.01),
                    "accelerator.backward divides by the accumulation steps already; a gradient divided again "
                    "by accumulate moves SGD's parameters as a learning rate divided by it would")

@@ -18,7 +18,7 @@ whether rerunning can help, and the lesson goes on. Every claim should also have
 plausible load can break, asserted with a plain ``assert`` beside it, so a regression cannot hide behind a
 busy machine. Each judgement goes to the file ``DPEDU_TIMING_CLAIMS`` names, if set (CI's table of claims).
 
-Used in lessons 04, 05, 08, 12 and 13.
+Used in lessons 04, 05, 08, 10, 12 and 13.
 """
 
 from __future__ import annotations
@@ -231,14 +231,21 @@ class Machine:
                             f"other programs are using the cores. Rerun this cell when the machine is idle.")
 
 
-@contextmanager
-def watched(processes: int = 2) -> Iterator[Machine]:
-    """Find this machine's limit; where there is none, measure ``parallel_speedup(processes)`` before and after
-    the ``with`` block and keep the smaller. Load present before or after the block shows; a burst that comes
-    and goes within it does not (a claim it breaks fails, with a message that says to rerun)."""
+def measured_now(processes: int = 2) -> Machine:
+    """Find this machine's limit; where there is none, measure ``parallel_speedup(processes)`` now. For timed
+    work that spans cells: call it before the work and ``machine.measure()`` after it (the smaller is kept)."""
     machine = Machine(processes, limit=machine_limit(processes))
     if machine.limit is None:
         machine.measure()
+    return machine
+
+
+@contextmanager
+def watched(processes: int = 2) -> Iterator[Machine]:
+    """``measured_now`` before the ``with`` block and measured again after it. Load present before or after the
+    block shows; a burst that comes and goes within it does not (a claim it breaks fails, with a message that
+    says to rerun)."""
+    machine = measured_now(processes)
     yield machine
     if machine.limit is None:
         machine.measure()

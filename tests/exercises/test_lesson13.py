@@ -69,6 +69,10 @@ def test_stream_share_check():
     assert lesson13.stream_share(30, 4, 3, 1, 2, range(5, 30, 12))
     assert lesson13.stream_share(30, 4, 3, 1, 2, torch.tensor([5, 17, 29]))
     assert lesson13.stream_share(30, 4, 3, 1, 2, np.array([5, 17, 29]))
+    assert lesson13.stream_share(30, 4, 3, 1, 2, [torch.tensor(5), np.int64(17), torch.tensor([29])])  # one by one
+    assert not lesson13.stream_share(30, 4, 3, 1, 2, [torch.tensor(4), torch.tensor(16), torch.tensor(28)])
+    with pytest.raises(TypeError, match="answer must be a list of example indices"):
+        lesson13.stream_share(30, 4, 3, 1, 2, [torch.tensor([5, 17]), 29])
     with pytest.raises(ValueError, match="^worker must"):
         lesson13.stream_share(30, 4, 3, 1, 3, [5])
     with pytest.raises(ValueError, match="^rank must"):
@@ -109,6 +113,12 @@ def test_communication_share_check():
     assert not lesson13.communication_share(0.05, 0.3, 4, 60)  # a percentage
     assert not lesson13.communication_share(0.05, 0.3, 4, 0.3 / 0.2)  # over the compute alone
     assert not lesson13.communication_share(0.05, 0.3, 4, 0.4)  # the compute's share
+    # computed with NumPy or torch: float32 scalars and one-element tensors are numbers too
+    assert lesson13.communication_share(0.05, 0.3, 4, np.float32(0.6)) and lesson13.communication_share(
+        0.05, 0.3, 4, torch.tensor(0.6))
+    assert not lesson13.communication_share(0.05, 0.3, 4, np.float32(0.4))
+    with pytest.raises(TypeError, match="answer must be a number"):
+        lesson13.communication_share(0.05, 0.3, 4, torch.tensor([0.6, 0.6]))
     with pytest.raises(ValueError, match="^all_reduce_ms must"):
         lesson13.communication_share(0.05, 0, 4, 0.6)
     with pytest.raises(ValueError, match="^compute_ms_per_example must"):

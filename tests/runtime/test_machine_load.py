@@ -18,6 +18,7 @@ from dpedu.runtime.machine_load import (
     cell_fingerprint,
     cpu_quota,
     machine_limit,
+    measured_now,
     parallel_speedup,
     physical_cores,
     timing_claim,
@@ -110,6 +111,21 @@ def test_watched_keeps_the_worse_of_before_and_after(monkeypatch):
     with watched() as machine:
         assert machine.speedup == 1.95
     assert machine.speedup == 1.2 and not machine.can_show(1.5)
+
+
+def test_work_that_spans_cells_is_measured_before_and_after_and_keeps_the_worse(monkeypatch):
+    measured = iter([(1.95, None), (1.9, None), (1.1, None)])
+    monkeypatch.setattr(machine_load, "machine_limit", lambda processes: None)
+    monkeypatch.setattr(machine_load, "measure_speedup", lambda processes: next(measured))
+    machine = measured_now()
+    assert machine.speedup == 1.95
+    machine.measure()
+    assert machine.speedup == 1.9 and machine.can_show(1.5)
+    machine.measure()
+    assert machine.speedup == 1.1 and not machine.can_show(1.5)
+    monkeypatch.setattr(machine_load, "machine_limit", lambda processes: "one core")
+    monkeypatch.setattr(machine_load, "measure_speedup", lambda processes: pytest.fail("a limited machine is measured"))
+    assert measured_now().limit == "one core"
 
 
 def test_a_measurement_not_taken_records_no_number_and_says_why(monkeypatch, capsys):
