@@ -201,8 +201,8 @@ def machine_limit(processes: int = 2) -> str | None:
 
 @dataclass
 class Machine:
-    """What ``watched`` found: a limit that keeps this machine from ever showing the claim, or the smaller of
-    the speed-ups measured before and after the timed work (None until one is measured)."""
+    """What ``measured_now`` and ``watched`` found: a limit that keeps this machine from ever showing the claim,
+    or the smaller of the speed-ups measured before and after the timed work (None until one is measured)."""
     processes: int
     speedup: float | None = None
     limit: str | None = None  # see machine_limit
@@ -212,31 +212,33 @@ class Machine:
         return self.limit is None and self.unmeasured is None and self.speedup is not None and self.speedup >= needs
 
     def measure(self) -> None:
+        """Measure the speed-up now and keep the smaller; nothing on a machine with a limit, which never shows it."""
+        if self.limit is not None:
+            return
         speedup, why_not = measure_speedup(self.processes)
         if speedup is None:
             self.unmeasured = why_not
         else:
             self.speedup = speedup if self.speedup is None else min(self.speedup, speedup)
 
-    def why_not(self, needs: float) -> tuple[str, str]:
-        """(cause, sentence) of why a claim needing ``needs`` cannot be shown here; cause is one of
-        "limit", "not measured", "busy now"."""
+    def why_not(self, needs: float, rerun: str = "this cell") -> tuple[str, str]:
+        """(cause, sentence) of why a claim needing ``needs`` cannot be shown here, the sentence saying to rerun
+        ``rerun`` where that can help; cause is one of "limit", "not measured", "busy now"."""
         if self.limit is not None:
             return "limit", f"It cannot be shown on this machine: {self.limit}. Rerunning will not help here."
         if self.unmeasured is not None or self.speedup is None:
             return "not measured", (f"How busy the cores are could not be measured: {self.unmeasured}. "
-                                    f"Rerun this cell when the machine is idle.")
+                                    f"Rerun {rerun} when the machine is idle.")
         return "busy now", (f"It needs {self.processes} idle cores ({self.processes} busy processes getting "
                             f"{needs:.1f}x the work of one done at once); just now they got {self.speedup:.2f}x, so "
-                            f"other programs are using the cores. Rerun this cell when the machine is idle.")
+                            f"other programs are using the cores. Rerun {rerun} when the machine is idle.")
 
 
 def measured_now(processes: int = 2) -> Machine:
     """Find this machine's limit; where there is none, measure ``parallel_speedup(processes)`` now. For timed
     work that spans cells: call it before the work and ``machine.measure()`` after it (the smaller is kept)."""
     machine = Machine(processes, limit=machine_limit(processes))
-    if machine.limit is None:
-        machine.measure()
+    machine.measure()
     return machine
 
 
@@ -247,15 +249,15 @@ def watched(processes: int = 2) -> Iterator[Machine]:
     says to rerun)."""
     machine = measured_now(processes)
     yield machine
-    if machine.limit is None:
-        machine.measure()
+    machine.measure()
 
 
 def timing_claim(holds: bool, claim: str, *, expected: str, seen: str, machine: Machine,
-                 needs: float = 1.5) -> bool:
+                 needs: float = 1.5, rerun: str = "this cell") -> bool:
     """Judge a claim about time: one that holds is asserted whatever the load; one that does not fails where
     the machine could show it (``needs``: the speed-up ``machine.processes`` busy processes must have had,
-    before and after the timed work) and is otherwise reported with the cause ``machine`` found.
+    before and after the timed work) and is otherwise reported with the cause ``machine`` found. ``rerun``: what
+    to run again to time the work anew, where it began in an earlier cell.
 
     Returns True when the claim was checked, False when it was not; an AssertionError says what was
     expected, what was seen and what to do."""
@@ -265,14 +267,14 @@ def timing_claim(holds: bool, claim: str, *, expected: str, seen: str, machine: 
                 machine)
         return True
     if not machine.can_show(needs):
-        cause, sentence = machine.why_not(needs)
+        cause, sentence = machine.why_not(needs, rerun)
         _record(claim, "not checked", cause, machine)
         print(f"Not checked on this machine: {claim} (expected {expected}, seen {seen}). {sentence}")
         return False
     _record(claim, "failed", None, machine)
     raise AssertionError(f"{claim}: expected {expected}, seen {seen}. The cores were free before and after "
                          f"({machine.processes} busy processes got {machine.speedup:.2f}x the work of one); if "
-                         f"another program ran meanwhile, rerun this cell when the machine is idle.")
+                         f"another program ran meanwhile, rerun {rerun} when the machine is idle.")
 
 
 def _record(claim: str, verdict: str, cause: str | None, machine: Machine) -> None:
