@@ -85,8 +85,7 @@ def _question(check, arguments: dict) -> list[tuple[str, object]]:
 def _plain(value: object) -> object:
     """A value as a question names it: 4.0 as 4, 13e9 as 13_000_000_000, a tuple as a list, NumPy's numbers as
     Python's, so that one question written two ways is one question."""
-    if callable(getattr(value, "item", None)) and getattr(value, "ndim", None) == 0:
-        value = value.item()
+    value = plain(value)
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, (list, tuple)):
@@ -106,8 +105,8 @@ def results() -> dict[str, bool]:
 
 
 def plain(value: object) -> object:
-    """The Python number a NumPy scalar, or a one-element array or tensor, holds (learners compute answers with
-    NumPy and torch); anything else as it is."""
+    """What a NumPy scalar, or a one-element array or tensor, holds, as Python's own value (its ``.item()``):
+    learners compute answers with NumPy and torch. Anything else as it is."""
     numel = getattr(value, "numel", None)  # a tensor counts its elements with numel(), an array with .size
     count = numel() if callable(numel) else getattr(value, "size", None)
     return value.item() if count == 1 and callable(getattr(value, "item", None)) else value
@@ -123,7 +122,7 @@ def close(answer: object, truth: float, rel: float) -> bool:
 def number(answer: object) -> int | float:
     """A number is an answer (right or wrong; NaN and inf are wrong), returned as a Python number (``plain``);
     anything else is a TypeError."""
-    answer = plain(answer)
-    if isinstance(answer, bool) or not isinstance(answer, (int, float)):
+    value = plain(answer)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"answer must be a number, got {answer!r}")
-    return answer
+    return value

@@ -7,7 +7,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from dpedu._validate import real, whole
 from dpedu.data_parallel import digits_ddp
-from dpedu.exercises import verdict
+from dpedu.exercises import number, verdict
 from dpedu.runtime.launcher import launch
 
 
@@ -17,6 +17,7 @@ def samples_per_rank(dataset_size: int, world_size: int, drop_last: bool, answer
     whole("world_size", world_size, maximum=1024)
     if not isinstance(drop_last, bool):
         raise TypeError(f"drop_last must be True or False, got {drop_last!r}")
+    answer = number(answer)
     truth = len(list(DistributedSampler(range(dataset_size), num_replicas=world_size, rank=0, drop_last=drop_last)))
     return verdict(answer == truth, "every rank gets the same count: padded up to a multiple of the world size, "
                                     "or, with drop_last, cut down to one")
@@ -35,6 +36,7 @@ def allreduce_calls(steps: int, accumulation: int, no_sync: bool, answer: int) -
     whole("accumulation", accumulation, maximum=8)
     if not isinstance(no_sync, bool):
         raise TypeError(f"no_sync must be True or False, got {no_sync!r}")
+    answer = number(answer)
     truth = launch(_count_allreduces, 2, args=(steps, accumulation, no_sync))[0]
     return verdict(answer == truth, "count the backward passes that all-reduce: every micro-batch, or only the "
                                     "last of each step under no_sync")

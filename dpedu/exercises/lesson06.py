@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from dpedu._validate import real, whole
-from dpedu.exercises import close, verdict
+from dpedu.exercises import close, number, verdict
 from dpedu.sgd.staleness import stability_limit
 
 
@@ -49,6 +49,7 @@ def implicit_momentum(workers: int, answer: float) -> bool:
     momentum 1 - 1/M, the relation lesson 06's part 5 measures for M = 8.
     """
     whole("workers", workers)
+    answer = number(answer)
     truth = 1 - 1 / workers
     ok = close(answer, truth, 0.01) if truth else answer == 0
     return verdict(ok, "an update arrives late by a geometric number of steps; the weights it was computed at "

@@ -14,7 +14,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from dpedu._validate import whole
 from dpedu.data_parallel.sync_batchnorm import SyncBatchNorm
-from dpedu.exercises import verdict
+from dpedu.exercises import number, verdict
 from dpedu.runtime.launcher import launch
 from dpedu.runtime.traffic import bytes_sent
 
@@ -31,6 +31,7 @@ def allreduces_per_step(norm_layers: int, answer: int) -> bool:
     """How many all-reduces does one training step (forward and backward) of ``norm_layers`` pairs of
     Linear + ``dpedu.SyncBatchNorm`` make, DDP's gradient all-reduce left aside?"""
     whole("norm_layers", norm_layers, maximum=8)
+    answer = number(answer)
     truth = launch(_count_all_reduces, 2, args=(norm_layers,))[0]
     return verdict(answer == truth, "count per layer: the statistics in forward, and the two gradient sums in "
                                     "backward (packed, each in one tensor)")
@@ -76,7 +77,8 @@ def unbiased_count(batch_sizes: list[int], spatial: int, answer: int) -> bool:
     for size in batch_sizes:
         whole("batch_sizes[i]", size, maximum=64)
     whole("spatial", spatial, maximum=64)
-    if isinstance(answer, bool) or not isinstance(answer, int) or answer < 2:
+    answer = number(answer)
+    if not isinstance(answer, int) or answer < 2:
         return verdict(False, "n counts values per channel over every rank: a whole number of at least 2")
     truth = sum(batch_sizes) * spatial  # values of the channel over every rank
     running, biased = launch(_running_var, len(batch_sizes), args=(batch_sizes, spatial))[0]
@@ -121,7 +123,8 @@ def distinct_worker_streams(rule: str, world_size: int, num_workers: int, answer
         raise ValueError(f"rule must be one of {', '.join(repr(r) for r in WORKER_SEEDS)}, got {rule!r}")
     whole("world_size", world_size, 2, maximum=4)
     whole("num_workers", num_workers, maximum=4)
-    if isinstance(answer, bool) or not isinstance(answer, int):
+    answer = number(answer)
+    if not isinstance(answer, int):
         raise TypeError(f"answer must be a whole number of workers, got {answer!r}")
     draws = launch(_worker_draws, world_size, args=(rule, num_workers))
     truth = len({draw for per_worker in draws for draw in per_worker.values()})

@@ -11,7 +11,7 @@ from contextlib import redirect_stderr
 from dpedu._validate import real, whole
 from dpedu.cluster.rank_variables import torch_variables
 from dpedu.data_parallel.cost_model import LINK_BANDWIDTH, ring_time
-from dpedu.exercises import close, verdict
+from dpedu.exercises import close, number, verdict
 
 
 def global_rank(nproc_per_node: int, group_rank: int, local_rank: int, answer: int) -> bool:
@@ -20,6 +20,7 @@ def global_rank(nproc_per_node: int, group_rank: int, local_rank: int, answer: i
     whole("nproc_per_node", nproc_per_node)
     whole("group_rank", group_rank, minimum=0)
     whole("local_rank", local_rank, minimum=0, maximum=nproc_per_node - 1)
+    answer = number(answer)
     truth = group_rank * nproc_per_node + local_rank
     return verdict(answer == truth, "nodes are numbered first, and each node holds LOCAL_WORLD_SIZE ranks")
 

@@ -7,7 +7,7 @@ import math
 
 from dpedu._validate import real, whole
 from dpedu.data_parallel.digits_ddp import digits_loader
-from dpedu.exercises import close, verdict
+from dpedu.exercises import close, number, verdict
 
 # Llama 3 (arXiv:2407.21783, Table 5), as part 2 cites it: unexpected interruptions, days, GPUs
 LLAMA3_INTERRUPTIONS, LLAMA3_DAYS, LLAMA3_GPUS = 419, 54, 16_384
@@ -21,6 +21,7 @@ def steps_per_epoch(global_batch_size: int, workers: int, answer: int) -> bool:
     whole("workers", workers)
     if global_batch_size % workers:
         raise ValueError(f"global_batch_size {global_batch_size} must divide among workers={workers}")
+    answer = number(answer)
     truth = len(digits_loader(global_batch_size // workers, num_replicas=workers, rank=0))
     return verdict(answer == truth, "each worker gets ceil(1438 / workers) examples (DistributedSampler pads the "
                                     "last ones), in full batches of global_batch_size / workers")
@@ -56,8 +57,8 @@ _EXCERPTS = (
 
 def failure_excerpts() -> None:
     """Print the lines to name, numbered from 1."""
-    for number, (line, _) in enumerate(_EXCERPTS, 1):
-        print(f"{number}. {line}")
+    for index, (line, _) in enumerate(_EXCERPTS, 1):
+        print(f"{index}. {line}")
 
 
 def name_the_failures(answer: list[str]) -> bool:

@@ -39,3 +39,10 @@ def test_summed_loss_check_calls_what_is_not_a_learning_rate_wrong_before_runnin
 def test_bad_arguments_are_refused_by_name(call, error, name):
     with pytest.raises(error, match=name):
         call()
+
+
+def test_checks_that_take_a_count_refuse_what_is_not_a_number_before_any_work():
+    with pytest.raises(TypeError, match="answer must be a number"):
+        lesson03.samples_per_rank(10, 4, False, "3")
+    with pytest.raises(TypeError, match="answer must be a number"):
+        lesson03.allreduce_calls(5, 3, True, "5")  # before its two ranks train

@@ -47,3 +47,9 @@ def test_the_round_time_check_agrees_with_a_simulation_and_scales():
 def test_bad_arguments_are_refused(call, name):
     with pytest.raises(ValueError, match=name):
         call()
+
+
+def test_implicit_momentum_takes_numpy_and_torch_numbers_and_refuses_text():
+    assert lesson06.implicit_momentum(8, torch.tensor(0.875)) and not lesson06.implicit_momentum(8, torch.tensor(0.8))
+    with pytest.raises(TypeError, match="answer must be a number"):
+        lesson06.implicit_momentum(8, "0.875")

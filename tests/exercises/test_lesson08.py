@@ -1,4 +1,6 @@
+import numpy as np
 import pytest
+import torch
 
 from dpedu.exercises import lesson08
 
@@ -26,9 +28,16 @@ def test_unbiased_count_check_compares_whole_numbers_even_for_large_counts():
 
 def test_unbiased_count_check_calls_what_is_not_a_count_wrong_before_launching(monkeypatch, capsys):
     monkeypatch.setattr(lesson08, "launch", lambda *args, **kwargs: pytest.fail("launched for a hopeless answer"))
-    for answer in (1, 20.0, True, "20"):
+    for answer in (1, 20.0, np.float32(20.5)):
         assert not lesson08.unbiased_count([3, 1], 5, answer)
     assert "whole number" in capsys.readouterr().out
+    for answer in (True, "20"):  # not a number at all: refused by name, as every check that takes one does
+        with pytest.raises(TypeError, match="answer must be a number"):
+            lesson08.unbiased_count([3, 1], 5, answer)
+
+
+def test_unbiased_count_takes_a_count_computed_with_numpy_or_torch():
+    assert lesson08.unbiased_count([3, 1], 5, np.int64(20)) and lesson08.unbiased_count([3, 1], 5, torch.tensor(20))
 
 
 def test_worker_streams_check_counts_the_seeds_real_workers_drew_from():

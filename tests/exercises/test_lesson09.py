@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 
 from dpedu.exercises import lesson09
@@ -77,3 +78,9 @@ def test_torchrun_command_catches_a_wrong_line_and_says_what_is_wrong(command, s
 def test_torchrun_command_wants_a_string():
     with pytest.raises(TypeError, match="answer must be the command as one string"):
         lesson09.torchrun_command(["torchrun"])
+
+
+def test_global_rank_takes_a_numpy_number_and_refuses_text():
+    assert lesson09.global_rank(8, 2, 3, np.int64(19)) and not lesson09.global_rank(8, 2, 3, np.int64(13))
+    with pytest.raises(TypeError, match="answer must be a number"):
+        lesson09.global_rank(8, 2, 3, "19")

@@ -45,3 +45,8 @@ def test_name_the_failures_check(capsys):
         lesson10.name_the_failures([*RIGHT[:6], "a hang"])
     with pytest.raises(TypeError, match="a list of 7 names"):
         lesson10.name_the_failures(RIGHT[:6])
+
+
+def test_steps_per_epoch_refuses_text_by_name():
+    with pytest.raises(TypeError, match="answer must be a number"):
+        lesson10.steps_per_epoch(80, 4, "18")
