@@ -9,12 +9,12 @@ embedded, the few lines of script and style are in the page, nothing is fetched 
 works offline. Formulas (``$...$``, ``$$...$$``) are drawn by matplotlib's mathtext when the deck is built,
 as pictures that grow with the text; one mathtext cannot draw stays as its TeX, in code type. What follows a
 heading is cut into screens for a 4:3 projector (the heading repeated, marked "continued") between its parts,
-a stretch of prose or a cell with its outputs; a part taller than the screen scrolls. A stretch of prose shares
-a screen with the code cell right after it where the two fit: the screen shows the prose up to its first
-paragraph (the claim, with the lists, formulas and tables right after it), the code and its outputs, and the
-rest of the prose becomes the screen's speaker notes (28 of the course's 566 screens: most cells that long
-prose leads to are themselves about a screen tall, and their prose keeps a screen of its own). The text grows
-with the browser's zoom (Ctrl-+) as well as with the screen.
+a stretch of prose or a cell with its outputs; a part taller than the screen scrolls. A screen shows of a stretch
+of prose its first paragraph (the claim), a paragraph that opens with a bold title and a last one that leads into
+what follows ("Here they are:"), each with the lists, formulas and tables right after it; its other paragraphs
+are the screen's speaker notes (41 of the course's 595 screens have notes: most stretches of prose between two
+cells are one or two such paragraphs). A stretch of prose shares a screen with the code cell right after it
+where the two fit. The text grows with the browser's zoom (Ctrl-+) as well as with the screen.
 
 In the browser: Right, Space, PageDown or a click move on (Space and PageDown first scroll a long slide
 to its end); Left, PageUp or a click near the left edge move back; Home and End; ``#5`` in the address
@@ -36,6 +36,7 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 from dpedu.notebook.course import NOTEBOOKS, course_notebooks, lesson_id, study_minutes
 from dpedu.notebook.opened_alone import FIRST_CELL, source
@@ -374,14 +375,21 @@ def _blocks(markdown: str) -> list[str]:
 
 
 def _with_notes(markdown: str) -> str:
-    """A stretch of prose on a slide that shows code: its first paragraph and the lists, formulas, tables and
-    code right after it on the slide, and from its next paragraph on, the speaker notes."""
+    """A stretch of prose as a slide shows it: its first paragraph (the claim), a paragraph that opens with a bold
+    title (an experiment's name), and one that leads into what follows it ("Here they are:", the last paragraph or
+    one a list, formula, table or code follows), each with the lists, formulas, tables and code right after it;
+    its other paragraphs become the speaker notes."""
     blocks = _blocks(markdown)
     paragraphs = [i for i, block in enumerate(blocks) if not re.match(r"\s*([-*+]\s|\d+[.)]\s|\$\$|\||```|~~~|>)",
                                                                        block)]
-    cut = paragraphs[1] if len(paragraphs) > 1 else len(blocks)
-    shown, notes = ("\n\n".join(part) for part in (blocks[:cut], blocks[cut:]))
-    return _markdown(shown) + (f"\n<aside class=\"notes\">{_markdown(notes)}</aside>" if notes else "")
+    shown = set(range(paragraphs[0] if paragraphs else len(blocks)))  # what comes before the first paragraph
+    for n, start in enumerate(paragraphs):
+        end = paragraphs[n + 1] if n + 1 < len(paragraphs) else len(blocks)
+        leads_in = blocks[start].rstrip().endswith(":") and (end == len(blocks) or end > start + 1)
+        if n == 0 or blocks[start].lstrip().startswith("**") or leads_in:
+            shown.update(range(start, end))
+    on_slide, notes = ("\n\n".join(b for i, b in enumerate(blocks) if (i in shown) == keep) for keep in (True, False))
+    return _markdown(on_slide) + (f"\n<aside class=\"notes\">{_markdown(notes)}</aside>" if notes else "")
 
 
 def _lines(part: str) -> float:
@@ -397,7 +405,12 @@ def _lines(part: str) -> float:
             + FIGURE_LINES * len(re.findall(r"<img (?!class=\"math\")", part)))
 
 
-Part = str | tuple[str, str]  # a slide's part: HTML, or a stretch of prose: (its markdown, its HTML)
+class Prose(NamedTuple):
+    """A stretch of prose among a slide's parts, as markdown: ``_units`` renders it with its notes."""
+    markdown: str
+
+
+Part = str | Prose  # a slide's part: HTML, or a stretch of prose
 
 
 def _is_code(part: Part) -> bool:
@@ -405,22 +418,22 @@ def _is_code(part: Part) -> bool:
 
 
 def _units(parts: list[Part]) -> list[list[str]]:
-    """A slide's parts as HTML, in the groups a screen never splits: a stretch of prose with the code cell right
-    after it, where the two fit a screen, the prose cut into what the screen shows and its speaker notes
-    (``_with_notes``), so that the claim, the code and its outputs are on one screen and the explanation is in
-    the notes; any other part alone (a stretch of prose whole). Joined also where the cell alone is taller than
-    a screen, 60 screens had notes instead of 28, but 88 scrolled instead of 60 (measured before every lesson
-    gained its hand-in cell): a screen that fits matters more. Cutting such prose into a claim and notes anyway,
-    on a screen of its own, gave 82 screens with notes, but in 32 of the 54 stretches so cut the sentence that
-    leads into the code ("Here they are:") went to the notes, and in 9 the experiment's bold title did."""
+    """A slide's parts as HTML, in the groups a screen never splits: a stretch of prose, cut into what the screen
+    shows and its speaker notes (``_with_notes``), with the code cell right after it where the two fit a screen,
+    so that the claim, the code and its outputs are on one screen and the explanation is in the notes; any other
+    part alone. Joined also where the cell alone is taller than a screen, 88 screens scrolled instead of 60
+    (measured before every lesson gained its hand-in cell): a screen that fits matters more. Prose was once left
+    whole where no cell joined it, because a cut after the first paragraph sent the sentence that leads into the
+    code to the notes in 32 of 54 such stretches, and an experiment's bold title in 9: ``_with_notes`` keeps both
+    on the screen."""
     units: list[list[str]] = []
     for i, part in enumerate(parts):
-        prose_before = i > 0 and isinstance(parts[i - 1], tuple)
-        together = [_with_notes(parts[i - 1][0]), part] if _is_code(part) and prose_before else []
+        prose_before = i > 0 and isinstance(parts[i - 1], Prose)
+        together = [units[-1][0], part] if _is_code(part) and prose_before else []
         if together and sum(map(_lines, together)) <= SCREEN_LINES:
             units[-1] = together
         else:
-            units.append([part if isinstance(part, str) else part[1]])
+            units.append([_with_notes(part.markdown) if isinstance(part, Prose) else part])
     return units
 
 
@@ -458,7 +471,7 @@ def slides_html(notebook: str | Path) -> str:
                     slides.append((level, []))
                 heading, _, body = text.partition("\n") if level else ("", "", text)
                 slides[-1][1].extend([_markdown(heading)] if heading.strip() else [])
-                slides[-1][1].extend([(body, _markdown(body))] if body.strip() else [])
+                slides[-1][1].extend([Prose(body)] if body.strip() else [])
         elif cell["cell_type"] == "code":
             installing = first_code and source(cell) == FIRST_CELL
             first_code = False

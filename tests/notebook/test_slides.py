@@ -163,37 +163,62 @@ def made_up(tmp_path: Path, *cells: dict) -> str:
     return slides.slides_html(notebook)
 
 
-def test_where_a_slide_shows_code_its_prose_after_the_first_paragraph_becomes_speaker_notes(tmp_path):
+def notes_and_shown(section: str) -> tuple[str, str]:
+    [notes] = re.findall(r"<aside class=\"notes\">(.*?)</aside>", section, re.S)
+    return notes, section.replace(notes, "")
+
+
+def test_a_slide_shows_the_claim_a_bold_title_and_a_lead_in_and_the_rest_of_the_prose_is_speaker_notes(tmp_path):
     deck = made_up(
         tmp_path,
         cell("markdown", "# 42 · Made up\n\n## Code\n\nThe claim.\n\n- a point\n\n$$x^2$$\n\nWhy, at length.\n\nMore."),
         cell("code", "print(1)"),
-        cell("markdown", "## Prose only\n\nFirst.\n\nSecond, shown too."),
+        cell("markdown", "## Prose only\n\nFirst.\n\nSecond, in the notes.\n\n**A title.** Its experiment.\n\n"
+                         "Its reasons.\n\n- with a list\n\nWhat it runs:\n\n1. the run\n\nAnd why.\n\nHere it is:"),
+        cell("markdown", "## Short\n\nOne paragraph, all there is."),
     )
-    code, prose = sections(deck)[1:]
-    [notes] = re.findall(r"<aside class=\"notes\">(.*?)</aside>", code, re.S)
-    shown = code.replace(notes, "")
+    code, prose, short = sections(deck)[1:]
+    notes, shown = notes_and_shown(code)
     assert "The claim." in shown and "<li>a point</li>" in shown and 'alt="x^2"' in shown and "print" in shown
     assert "Why, at length." in notes and "More." in notes and "Why" not in shown
-    assert "Second, shown too." in prose and "notes" not in prose  # nothing else to show: the prose is the slide
     assert slides._lines(code) == slides._lines(shown)  # the notes take no room on the screen
+    notes, shown = notes_and_shown(prose)  # prose no cell joins is cut alike
+    assert all(kept in shown for kept in ("First.", "<strong>A title.</strong> Its experiment.", "What it runs:",
+                                          "<li>the run</li>", "Here it is:"))
+    assert all(noted in notes for noted in ("Second, in the notes.", "Its reasons.", "with a list", "And why."))
+    assert not any(noted in shown for noted in ("Second", "reasons", "with a list", "why"))
+    assert "One paragraph, all there is." in short and "notes" not in short  # nothing to cut
 
 
-def test_prose_shares_a_screen_with_the_cell_after_it_only_where_both_fit_and_other_prose_stays_whole(tmp_path):
+def test_a_bold_title_after_the_claim_stays_with_the_code_it_names(tmp_path):
+    deck = made_up(
+        tmp_path,
+        cell("markdown", "# 42 · Made up\n\n## Errors\n\nThe fix of the last one.\n\n**A wrong address.** Nothing "
+                         "listens there.\n\nSo the client retries."),
+        cell("code", "print(1)"),
+    )
+    notes, shown = notes_and_shown(sections(deck)[1])
+    assert "<strong>A wrong address.</strong> Nothing listens there." in shown and "print" in shown
+    assert "So the client retries." in notes and "A wrong address" not in notes
+
+
+def test_prose_shares_a_screen_with_the_cell_after_it_only_where_both_fit(tmp_path):
     tall = "\n".join(f"step_{n} = {n}" for n in range(int(slides.SCREEN_LINES / slides.CODE_LINE) + 5))
     deck = made_up(
         tmp_path,
         cell("markdown", "# 42 · Made up\n\n## Short\n\nThe claim.\n\nWhy, at length."),
         cell("code", "print(1)"),
-        cell("markdown", "After the cell.\n\nStill whole."),
+        cell("markdown", "After the cell.\n\nIts second paragraph."),
         cell("markdown", "## Tall\n\nThe other claim.\n\nIts reasons."),
         cell("code", tall),
     )
     short, tall_prose, tall_cell = sections(deck, continued=True)[1:]
     assert "<aside class=\"notes\"><p>Why, at length.</p>" in short and "print" in short
-    assert "Still whole." in short.split("</aside>")[-1]  # prose no cell follows is shown, not put in notes
-    # the cell alone is taller than a screen: the prose before it keeps a screen of its own, whole
-    assert "Its reasons." in tall_prose and "notes" not in tall_prose and "step_0" not in tall_prose
+    after_the_cell = short.split("print")[-1]  # prose no cell follows: a screen part of its own, cut alike
+    assert "After the cell." in after_the_cell.split("<aside")[-2]
+    assert "<aside class=\"notes\"><p>Its second paragraph.</p>" in after_the_cell
+    # the cell alone is taller than a screen: the prose before it keeps a screen of its own
+    assert "The other claim." in tall_prose and "Its reasons." in tall_prose and "step_0" not in tall_prose
     assert "step_0" in tall_cell and "The other claim." not in tall_cell
     assert '<h2>Tall <span class="continued">(continued)</span></h2>' in tall_cell  # styled small: its class
 
