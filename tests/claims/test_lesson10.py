@@ -26,10 +26,15 @@ SQUAT = 'taken = squatter.enter_context(socket.create_server(("", 0))).getsockna
 SQUAT_IPV6 = 'squatter.enter_context(socket.create_server(("::", taken), family=socket.AF_INET6))'
 
 
-def port_cell() -> str:
+def cell_with(text: str) -> str:
+    """The source of the lesson's one code cell that contains ``text``."""
     cells = json.loads(LESSON.read_text())["cells"]
-    [source] = ["".join(c["source"]) for c in cells if c["cell_type"] == "code" and "another program holds" in
-                "".join(c["source"])]
+    [source] = ["".join(c["source"]) for c in cells if c["cell_type"] == "code" and text in "".join(c["source"])]
+    return source
+
+
+def port_cell() -> str:
+    source = cell_with("another program holds")
     assert source.count(SQUAT) == source.count(SQUAT_IPV6) == 1, "the cell holds its port otherwise: update this test"
     return source
 
@@ -52,12 +57,6 @@ def test_the_check_fails_where_nothing_holds_the_port():
     source = port_cell().replace(SQUAT, f"taken = {free}").replace(SQUAT_IPV6, "pass")
     with pytest.raises(AssertionError, match="listened on a port another program holds"):
         run(source)
-
-
-def cell_with(text: str) -> str:
-    cells = json.loads(LESSON.read_text())["cells"]
-    [source] = ["".join(c["source"]) for c in cells if c["cell_type"] == "code" and text in "".join(c["source"])]
-    return source
 
 
 KILLED_STDOUT = ("attempt 1: resuming from the checkpoint of step 40\n"
