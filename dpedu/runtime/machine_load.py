@@ -85,8 +85,8 @@ def _slots(count: int, slot: float, cycles: int) -> list[dict[int, tuple[float, 
 
 def measure_speedup(processes: int = 2, slot: float = 0.1, cycles: int = 4) -> tuple[float | None, str | None]:
     """(speed-up, why not): how many times one busy process's work ``processes`` busy processes get done at
-    once, or None and why it could not be measured: a measuring process failed, or none of them was given CPU
-    time alone in any cycle (its speed alone, per second on a CPU, is the measure of the rest).
+    once, or None and why it could not be measured: a measuring process failed, or in no cycle did each of them
+    count alone (its speed alone, per second on a CPU, is the measure of the rest).
 
     In each of ``cycles`` cycles, each process counts alone for ``slot`` seconds, then all of them together. A
     cycle's work together is the sum, over the processes, of each one's speed together over its own speed alone
@@ -106,7 +106,8 @@ def measure_speedup(processes: int = 2, slot: float = 0.1, cycles: int = 4) -> t
         first = cycle * (processes + 1)
         alone = [slots[me][first + me] for me in range(processes)]
         together = [slots[me][first + processes] for me in range(processes)]
-        if any(share == 0 for _, share in alone):
+        # no speed alone to compare with: kept off a CPU, or woken only after its slot's counting had ended
+        if any(rate == 0 or share == 0 for rate, share in alone):
             continue
         work = sum(min(1.0, rate / (alone_rate / alone_share))
                    for (rate, _), (alone_rate, alone_share) in zip(together, alone, strict=True))

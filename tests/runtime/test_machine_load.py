@@ -254,6 +254,12 @@ def test_a_measurement_that_could_not_be_taken_says_why_not_a_number(monkeypatch
     fake_measurements(monkeypatch, [("1000 0.0", "1000 1.0"), ("1000 1.0", "1000 1.0")])
     assert machine_load.measure_speedup(2, cycles=1) == (
         None, "the processes that measure how busy the cores are were given no CPU time alone")
+    # woken only after its slot's counting had ended (CI's busy pass 1b): a moment on a CPU but no turns counted
+    fake_measurements(monkeypatch, [("0 0.02", "1000 1.0"), ("1000 1.0", "1000 1.0")], IDLE)
+    assert machine_load.measure_speedup(2, cycles=2) == (pytest.approx(1.98, abs=0.01), None)
+    fake_measurements(monkeypatch, [("0 0.02", "1000 1.0"), ("1000 1.0", "1000 1.0")])
+    assert machine_load.measure_speedup(2, cycles=1) == (
+        None, "the processes that measure how busy the cores are were given no CPU time alone")
     fake_measurements(monkeypatch, [("1000 1.0", "1000 1.0"), ("", "")])  # a measuring process that failed
     assert machine_load.measure_speedup(2, cycles=1) == (
         None, "a measuring process failed (the other measuring processes never started)")
