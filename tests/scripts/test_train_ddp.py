@@ -13,17 +13,16 @@ def cpu_ranks_on_loopback() -> dict[str, str]:
     return {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", **rendezvous.on_loopback()}
 
 
-def torchrun(processes: int, batch_size: int) -> str:
-    (run,) = run_together([[sys.executable, "-m", "torch.distributed.run", "--standalone",
-                            f"--nproc_per_node={processes}", "-m", "dpedu.scripts.train_ddp", "--steps", "5",
-                            "--batch-size", str(batch_size)]], timeout=180,
-                          env=cpu_ranks_on_loopback())
-    assert run.returncode == 0, run.stderr
-    return run.stdout
+def torchrun(processes: int, batch_size: int) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
+            "-m", "dpedu.scripts.train_ddp", "--steps", "5", "--batch-size", str(batch_size)]
 
 
 def test_two_ranks_under_torchrun_match_one_rank_with_the_whole_batch():
-    two, one = torchrun(2, 16), torchrun(1, 32)
+    # both at once (each --standalone picks a free port of its own): the test takes about one run's time
+    runs = run_together([torchrun(2, 16), torchrun(1, 32)], timeout=180, env=cpu_ranks_on_loopback())
+    assert all(run.returncode == 0 for run in runs), [run.stderr[-3000:] for run in runs]
+    two, one = (run.stdout for run in runs)
     assert "2 rank(s) on gloo" in two and "replicas identical: True" in two
     checksum = re.compile(r"checksum (-?\d+\.\d+)")
     assert abs(float(checksum.search(two)[1]) - float(checksum.search(one)[1])) < 1e-4
