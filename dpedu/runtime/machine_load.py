@@ -83,10 +83,14 @@ def _slots(count: int, slot: float, cycles: int) -> list[dict[int, tuple[float, 
     return slots
 
 
+# A process's speed alone is read from a slot in which it was on a CPU for at least this share of the slot.
+_LEAST_SHARE_ALONE = 0.1
+
+
 def measure_speedup(processes: int = 2, slot: float = 0.1, cycles: int = 4) -> tuple[float | None, str | None]:
     """(speed-up, why not): how many times one busy process's work ``processes`` busy processes get done at
-    once, or None and why it could not be measured: a measuring process failed, or in no cycle did each of them
-    count alone (its speed alone, per second on a CPU, is the measure of the rest).
+    once, or None and why it could not be measured: a measuring process failed, or in no cycle was each of them
+    on a CPU for a tenth of its slot alone (its speed alone, per second on a CPU, is the measure of the rest).
 
     In each of ``cycles`` cycles, each process counts alone for ``slot`` seconds, then all of them together. A
     cycle's work together is the sum, over the processes, of each one's speed together over its own speed alone
@@ -106,14 +110,16 @@ def measure_speedup(processes: int = 2, slot: float = 0.1, cycles: int = 4) -> t
         first = cycle * (processes + 1)
         alone = [slots[me][first + me] for me in range(processes)]
         together = [slots[me][first + processes] for me in range(processes)]
-        # no speed alone to compare with: kept off a CPU, or woken only after its slot's counting had ended
-        if any(rate == 0 or share == 0 for rate, share in alone):
+        # no speed alone to compare with: kept off a CPU, or woken so late in its slot that it counted a few turns,
+        # or none, in a moment on a CPU (a speed from that is noise; from none, a division by zero)
+        if any(share < _LEAST_SHARE_ALONE for _, share in alone):
             continue
         work = sum(min(1.0, rate / (alone_rate / alone_share))
                    for (rate, _), (alone_rate, alone_share) in zip(together, alone, strict=True))
         readings.append(min(work, processes * min(share for _, share in together)))
     if not readings:
-        return None, "the processes that measure how busy the cores are were given no CPU time alone"
+        return None, ("the processes that measure how busy the cores are were kept off the CPUs when each should have "
+                      f"counted alone (less than {_LEAST_SHARE_ALONE:.0%} of the slot on a CPU, in every cycle)")
     return statistics.median(readings), None
 
 

@@ -247,19 +247,26 @@ def test_a_core_kept_busy_by_another_program_shows_however_linux_places_the_proc
     assert machine_load.measure_speedup(2, cycles=1) == (0.0, None)
 
 
+KEPT_OFF = ("the processes that measure how busy the cores are were kept off the CPUs when each should have counted "
+            "alone (less than 10% of the slot on a CPU, in every cycle)")
+
+
 def test_a_measurement_that_could_not_be_taken_says_why_not_a_number(monkeypatch):
     # no CPU time alone: no speed to compare with, so that cycle is left out; none left is not measured
     fake_measurements(monkeypatch, [("1000 0.0", "1000 1.0"), ("1000 1.0", "1000 1.0")], IDLE)
     assert machine_load.measure_speedup(2, cycles=2) == (pytest.approx(1.98, abs=0.01), None)
     fake_measurements(monkeypatch, [("1000 0.0", "1000 1.0"), ("1000 1.0", "1000 1.0")])
-    assert machine_load.measure_speedup(2, cycles=1) == (
-        None, "the processes that measure how busy the cores are were given no CPU time alone")
-    # woken only after its slot's counting had ended (CI's busy pass 1b): a moment on a CPU but no turns counted
-    fake_measurements(monkeypatch, [("0 0.02", "1000 1.0"), ("1000 1.0", "1000 1.0")], IDLE)
-    assert machine_load.measure_speedup(2, cycles=2) == (pytest.approx(1.98, abs=0.01), None)
-    fake_measurements(monkeypatch, [("0 0.02", "1000 1.0"), ("1000 1.0", "1000 1.0")])
-    assert machine_load.measure_speedup(2, cycles=1) == (
-        None, "the processes that measure how busy the cores are were given no CPU time alone")
+    assert machine_load.measure_speedup(2, cycles=1) == (None, KEPT_OFF)
+    # woken only after its slot's counting had ended (CI's busy pass 1b): a moment on a CPU but no turns counted,
+    # or so late that it counted a few turns in a moment: no speed to compare with, as with no CPU time at all
+    for late in ("0 0.02", "40 0.05"):
+        fake_measurements(monkeypatch, [(late, "1000 1.0"), ("1000 1.0", "1000 1.0")], IDLE)
+        assert machine_load.measure_speedup(2, cycles=2) == (pytest.approx(1.98, abs=0.01), None)
+        fake_measurements(monkeypatch, [(late, "1000 1.0"), ("1000 1.0", "1000 1.0")])
+        assert machine_load.measure_speedup(2, cycles=1) == (None, KEPT_OFF)
+    # a tenth of the slot is enough: 100 turns in it is one core's 1000 a second, as 1000 together is
+    fake_measurements(monkeypatch, [("100 0.1", "1000 1.0"), ("1000 1.0", "1000 1.0")])
+    assert machine_load.measure_speedup(2, cycles=1) == (pytest.approx(2.0), None)
     fake_measurements(monkeypatch, [("1000 1.0", "1000 1.0"), ("", "")])  # a measuring process that failed
     assert machine_load.measure_speedup(2, cycles=1) == (
         None, "a measuring process failed (the other measuring processes never started)")
