@@ -41,9 +41,11 @@ def summary(finished) -> dict:
 @pytest.fixture(scope="module")
 def short_runs():
     """The same run on 1 rank, on 2 with --noise-scale and on 2 with rank 0's logs (DPEDU_QUIET=0), at once: what
-    each printed. The logged run also logs the loss and the held-out accuracy at step 75 of 150."""
-    logged = ["env", "DPEDU_QUIET=0", *torchrun(2, *SHORT, "--log-every", "75", "--eval-every", "75")]
-    one, two, logged = run_together([torchrun(1, *SHORT), torchrun(2, *SHORT, "--noise-scale"), logged],
+    each printed. The logged run logs the loss and the held-out accuracy at step 75 of 150; the 1-rank run
+    evaluates then too, quietly."""
+    evaluated = [*SHORT, "--eval-every", "75"]
+    logged = ["env", "DPEDU_QUIET=0", *torchrun(2, *evaluated, "--log-every", "75")]
+    one, two, logged = run_together([torchrun(1, *evaluated), torchrun(2, *SHORT, "--noise-scale"), logged],
                                     timeout=180, env=ENV)
     return {"one": one, "two": two, "logged": logged}
 
@@ -223,5 +225,5 @@ def test_rank_0_logs_the_global_loss_tokens_per_second_and_mfu_unless_quiet(shor
     assert re.fullmatch(r"step 75/150: global loss \d\.\d{4}, lr \d\.\d\de-\d\d, [\d,]+ tokens/s, MFU \d+\.\d%",
                         lines[0])
     assert re.fullmatch(r"step 75/150: held-out exact match \d\.\d{3}", lines[1])
-    # quiet (the other runs), the summary alone; the same run either way (the test above)
+    # quiet (the other runs, the 1-rank one evaluating at step 75), the summary alone; the same run either way
     assert [len(short_runs[name].stdout.splitlines()) for name in ("one", "two")] == [1, 1]
