@@ -2,17 +2,13 @@
 the job's previous one, which a busy machine adds: the cell's own line leaves out those notices and nothing else
 (srun's errors stay)."""
 
-import json
 import re
-from pathlib import Path
 
-LESSON = Path(__file__).resolve().parents[2] / "notebooks" / "09_scaling_out.ipynb"
+from claims.lesson_cells import code_cell
 
 
 def leave_out_notices(output: str) -> str:
-    cells = json.loads(LESSON.read_text())["cells"]
-    [source] = ["".join(c["source"]) for c in cells if c["cell_type"] == "code" and "slurm_train.sbatch" in
-                "".join(c["source"]) and "job_checksum" in "".join(c["source"])]
+    source = code_cell("09_scaling_out.ipynb", "slurm_train.sbatch", "job_checksum")
     [line] = re.findall(r"^output = re\.sub\(.*?\n(?:\s+r\".*\n)*", source, re.M)
     namespace = {"re": re, "output": output}
     exec(compile(line, "lesson 09, the Slurm cell", "exec"), namespace)

@@ -6,31 +6,27 @@ fails the bound no load can break (the killed run trains steps 41-50 again), and
 uninterrupted one fails where the cores were free before and after. Each cell's own source is run, as it stands in
 the lesson (the killed run's torchrun replaced by what it printed)."""
 
-import json
 import re
 import socket
 from contextlib import ExitStack, suppress
 from datetime import timedelta
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 import torch.distributed as dist
 
+from claims.lesson_cells import code_cell
 from dpedu.runtime import machine_load
 from dpedu.runtime.machine_load import Machine, timing_claim
 
-LESSON = Path(__file__).resolve().parents[2] / "notebooks" / "10_when_things_go_wrong.ipynb"
 SQUAT = 'taken = squatter.enter_context(socket.create_server(("", 0))).getsockname()[1]'
 SQUAT_IPV6 = 'squatter.enter_context(socket.create_server(("::", taken), family=socket.AF_INET6))'
 
 
 def cell_with(text: str) -> str:
     """The source of the lesson's one code cell that contains ``text``."""
-    cells = json.loads(LESSON.read_text())["cells"]
-    [source] = ["".join(c["source"]) for c in cells if c["cell_type"] == "code" and text in "".join(c["source"])]
-    return source
+    return code_cell("10_when_things_go_wrong.ipynb", text)
 
 
 def port_cell() -> str:
