@@ -179,8 +179,9 @@ def test_test_alone_runs_the_unit_tests_over_the_cores_then_the_notebooks_and_fa
     assert run.returncode == (failing[fails][1] if fails else 0), run.stderr
     units = ["python", "-m", "pytest", "-n", "2", "--dist", "loadfile", "--ignore=tests/test_browser.py", "tests"]
     notebooks = ["python", "-m", "pytest", "tests/test_browser.py", "notebooks"]
-    # the notebooks run even after the unit tests failed, not after Ctrl-C stopped them
+    # the notebooks run even after the unit tests failed, not after Ctrl-C stopped them, which the script says
     assert calls(venv)[1:] == ([units] if fails == "interrupted" else [units, notebooks])
+    assert ("the notebooks did not run" in run.stderr) == (fails == "interrupted")
 
 
 @pytest.mark.parametrize(("nproc", "getconf", "workers"), [
