@@ -16,13 +16,12 @@ import argparse
 import copy
 import os
 import time
-from datetime import datetime
 from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
 
-from dpedu.notebook.course import course_notebooks, lesson_id
+from dpedu.notebook.course import course_notebooks, lesson_id, stored_cell_spans
 
 ROOT = Path(__file__).resolve().parents[1]
 CELL_BUDGET_S = {"09": 30.0, "10": 30.0, "13a": 30.0}  # lessons that start torchrun, mpiexec and Slurm jobs
@@ -58,12 +57,7 @@ def cell_times(path: Path) -> tuple[float, dict[int, float], nbformat.NotebookNo
 def stored_cell_times(path: Path) -> tuple[float, dict[int, float], nbformat.NotebookNode]:
     """Like ``cell_times``, from the times stored in ``path`` by its last execution (no kernel runs)."""
     notebook = nbformat.read(path, as_version=4)
-    spans = {}
-    for index, cell in enumerate(notebook.cells):
-        stamps = cell.get("metadata", {}).get("execution", {})
-        if cell.cell_type == "code" and "iopub.execute_input" in stamps and "shell.execute_reply" in stamps:
-            spans[index] = tuple(datetime.fromisoformat(stamps[key].replace("Z", "+00:00"))
-                                 for key in ("iopub.execute_input", "shell.execute_reply"))
+    spans = stored_cell_spans(path)
     if not spans:
         raise SystemExit(f"{path.name} stores no cell times: execute it with nbconvert or nbclient first")
     seconds = {index: (end - start).total_seconds() for index, (start, end) in spans.items()}

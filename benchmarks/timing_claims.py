@@ -27,7 +27,7 @@ from pathlib import Path
 
 import busy_machine
 
-from dpedu.notebook.course import lesson_id
+from dpedu.notebook.course import lesson_id, timing_claim_cells
 from dpedu.runtime.machine_load import cell_fingerprint
 
 SHORT = {"checked": "checked", "checked under load": "held, busy", "failed": "FAILED"}
@@ -35,21 +35,19 @@ ORDER = ["failed", "checked", "checked under load", "not checked"]  # what a pas
 NONE_JUDGED = "(no claim judged in this cell)"
 
 
-def code_cells() -> list[tuple[str, str, str]]:
-    """(lesson number or name, cell index, source) of every code cell of the lessons."""
-    return [(lesson_id(path), str(index), "".join(cell["source"]))
-            for path in sorted((busy_machine.ROOT / "notebooks").glob("*.ipynb"))
-            for index, cell in enumerate(json.loads(path.read_text())["cells"]) if cell["cell_type"] == "code"]
+def notebooks() -> list[Path]:
+    return sorted((busy_machine.ROOT / "notebooks").glob("*.ipynb"))
 
 
 def cells() -> dict[str, tuple[str, str]]:
-    """Each code cell of the lessons by its fingerprint: (lesson, cell index)."""
-    return {cell_fingerprint(source): (lesson, index) for lesson, index, source in code_cells()}
+    """Each code cell of the lessons by its fingerprint: (lesson number or name, cell index)."""
+    return {cell_fingerprint("".join(cell["source"])): (lesson_id(path), str(index)) for path in notebooks()
+            for index, cell in enumerate(json.loads(path.read_text())["cells"]) if cell["cell_type"] == "code"}
 
 
 def expected_cells() -> set[tuple[str, str]]:
     """(lesson, cell index) of every lesson cell that judges a timing claim."""
-    return {(lesson, index) for lesson, index, source in code_cells() if "timing_claim(" in source}
+    return {(lesson_id(path), str(index)) for path in notebooks() for index in timing_claim_cells(path)}
 
 
 def read(record: Path) -> list[dict]:

@@ -164,24 +164,34 @@ def stand_in(folder: Path, name: str, script: str) -> Path:
     return folder
 
 
+# What the stand-in python fails (the first call whose arguments hold the word) and with what code: 2 is pytest's
+# for an interrupted run
+FAILING = {"units": ("loadfile", 3), "beside": ("--part=beside", 3), "alone": ("--part=alone", 3), "all": ("pytest", 3),
+           "units interrupted": ("loadfile", 2), "lessons interrupted": ("--part=beside", 2)}
+
+
 @each_bash
-@pytest.mark.parametrize("fails", [None, "first", "second", "both", "interrupted"])
-def test_test_alone_runs_the_unit_tests_over_the_cores_then_the_notebooks_and_fails_if_either_does(bash, venv, fails,
-                                                                                                   tmp_path):
+@pytest.mark.parametrize("fails", [None, *FAILING])
+def test_test_alone_runs_the_unit_tests_then_the_lessons_two_at_a_time_then_those_with_timing_claims(bash, venv, fails,
+                                                                                                     tmp_path):
     (venv / "lib" / "python3.99" / "site-packages" / "torch").mkdir(parents=True)
-    failing = {"first": ("-n", 3), "second": ("notebooks", 3), "both": ("pytest", 3), "interrupted": ("-n", 2)}
     if fails:  # the stand-in python fails a pytest run, after recording the call
-        word, code = failing[fails]
+        word, code = FAILING[fails]
         stub = (venv / "bin" / "python").read_text().replace(
             "exit 0", f'case " $* " in *" {word} "*) exit {code} ;; esac\nexit 0')
         (venv / "bin" / "python").write_text(stub)
     run = course(bash, venv, "test", first_on_path=stand_in(tmp_path / "bin", "nproc", "echo 2"))
-    assert run.returncode == (failing[fails][1] if fails else 0), run.stderr
+    assert run.returncode == (FAILING[fails][1] if fails else 0), run.stderr
     units = ["python", "-m", "pytest", "-n", "2", "--dist", "loadfile", "--ignore=tests/test_browser.py", "tests"]
-    notebooks = ["python", "-m", "pytest", "tests/test_browser.py", "notebooks"]
-    # the notebooks run even after the unit tests failed, not after Ctrl-C stopped them, which the script says
-    assert calls(venv)[1:] == ([units] if fails == "interrupted" else [units, notebooks])
-    assert ("the notebooks did not run" in run.stderr) == (fails == "interrupted")
+    lessons = ["python", "-m", "pytest", "-n", "2", "--dist", "worksteal", "tests/test_browser.py", "notebooks",
+               "--part=beside"]
+    alone = ["python", "-m", "pytest", "tests/test_browser.py", "notebooks", "--part=alone"]
+    # each part runs even after the one before failed, not after Ctrl-C stopped it, which the script says
+    stopped = {"units interrupted": [units], "lessons interrupted": [units, lessons]}
+    assert calls(venv)[1:] == stopped.get(fails, [units, lessons, alone])
+    said = {"units interrupted": "The unit tests were interrupted: the notebooks did not run.",
+            "lessons interrupted": "The lessons were interrupted: the rest of the notebooks did not run."}
+    assert [fail for fail, message in said.items() if message in run.stderr] == ([fails] if fails in said else [])
 
 
 @pytest.mark.parametrize(("nproc", "getconf", "workers"), [
@@ -191,12 +201,14 @@ def test_test_alone_runs_the_unit_tests_over_the_cores_then_the_notebooks_and_fa
     ("exit 127", "echo 2", "2"),  # no nproc (macOS): getconf
     ("exit 127", "exit 1", "0"),  # neither answers: one CPU assumed
 ])
-def test_the_unit_tests_get_a_worker_per_usable_cpu_up_to_4(venv, nproc, getconf, workers, tmp_path):
+def test_the_unit_tests_get_a_worker_per_usable_cpu_up_to_4_the_lessons_two(venv, nproc, getconf, workers, tmp_path):
     (venv / "lib" / "python3.99" / "site-packages" / "torch").mkdir(parents=True)
     stand_in(tmp_path / "bin", "nproc", nproc)
     run = course(bashes()[0], venv, "test", first_on_path=stand_in(tmp_path / "bin", "getconf", getconf))
     assert run.returncode == 0, run.stderr
-    assert calls(venv)[1][3:5] == ["-n", workers]
+    unit_tests, lessons = calls(venv)[1:3]
+    assert unit_tests[3:5] == ["-n", workers]
+    assert lessons[3:5] == ["-n", "0" if workers == "0" else "2"]  # two lessons at a time where there are 2 cores
 
 
 @each_bash

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
 
-from dpedu.notebook.opened_alone import FIRST_CELL
+from dpedu.notebook.opened_alone import FIRST_CELL, source
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"  # in a clone: the README's study times
 
@@ -70,6 +71,26 @@ def _cells(notebook: str | Path) -> list[dict]:
     if path.suffix != ".ipynb" or not path.is_file():
         raise ValueError(f"notebook must be the path of a .ipynb file, got {str(notebook)!r}")
     return json.loads(path.read_text())["cells"]
+
+
+def timing_claim_cells(notebook: str | Path) -> list[int]:
+    """The index (every cell counted from 0) of each code cell of ``notebook`` that judges a timing claim
+    (``dpedu.runtime.machine_load.timing_claim``). A lesson with any is run by the tests on cores that nothing
+    else of the run uses, as a learner's machine would be."""
+    return [index for index, cell in enumerate(_cells(notebook))
+            if cell["cell_type"] == "code" and "timing_claim(" in source(cell)]
+
+
+def stored_cell_spans(notebook: str | Path) -> dict[int, tuple[datetime, datetime]]:
+    """When each code cell of ``notebook`` started and ended the last time it ran, by index (every cell counted from
+    0), from the times nbclient and JupyterLab store in its metadata; cells with none stored are left out."""
+    spans = {}
+    for index, cell in enumerate(_cells(notebook)):
+        stamps = cell.get("metadata", {}).get("execution", {})
+        if cell["cell_type"] == "code" and "iopub.execute_input" in stamps and "shell.execute_reply" in stamps:
+            spans[index] = tuple(datetime.fromisoformat(stamps[key].replace("Z", "+00:00"))
+                                 for key in ("iopub.execute_input", "shell.execute_reply"))
+    return spans
 
 
 def study_minutes(notebook: str | Path) -> int:

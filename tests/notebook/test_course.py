@@ -1,5 +1,8 @@
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -13,7 +16,9 @@ from dpedu.notebook.course import (  # noqa: E402
     draw_course_map,
     exercise_minutes,
     lesson_id,
+    stored_cell_spans,
     study_minutes,
+    timing_claim_cells,
 )
 from dpedu.notebook.diagrams import draw_aggregation_schemes, write_all  # noqa: E402
 
@@ -87,6 +92,60 @@ def test_study_time_counts_the_source_a_lesson_shows_and_its_figures_but_no_othe
     assert study_minutes(notebook(shown)) == 20  # and 120 lines of shown source: 10 minutes more
     assert study_minutes(notebook(printed)) == 10  # what a cell prints is not read as code
     assert study_minutes(notebook(*[figure] * 5)) == 15  # a minute a figure
+
+
+def test_the_cells_that_judge_a_timing_claim_are_the_code_cells_that_call_it(tmp_path):
+    cells = [{"cell_type": "markdown", "source": "`timing_claim(...)` judges a claim"},  # prose that names it
+             {"cell_type": "code", "source": ["with watched() as machine:\n", "    work()\n"]},
+             {"cell_type": "code", "source": "timing_claim(fast, 'faster', expected='', seen='', machine=machine)"}]
+    (path := tmp_path / "lesson.ipynb").write_text(json.dumps({"cells": cells}))
+    assert timing_claim_cells(path) == [2]
+    assert timing_claim_cells(ROOT / "notebooks" / "01_gd_sgd_minibatch.ipynb") == []
+    with pytest.raises(ValueError, match="notebook"):
+        timing_claim_cells(tmp_path / "missing.ipynb")
+
+
+def test_the_stored_spans_are_each_code_cells_last_run_where_one_is_stored(tmp_path):
+    ran = {"execution": {"iopub.execute_input": "2026-12-01T10:00:00.500000Z",
+                         "shell.execute_reply": "2026-12-01T10:00:02Z"}}
+    cells = [{"cell_type": "code", "source": "work()", "metadata": ran},
+             {"cell_type": "markdown", "source": "prose", "metadata": ran},  # not a code cell
+             {"cell_type": "code", "source": "never_run()", "metadata": {}}]
+    (path := tmp_path / "lesson.ipynb").write_text(json.dumps({"cells": cells}))
+    ((index, (start, end)),) = stored_cell_spans(path).items()
+    assert index == 0 and (end - start).total_seconds() == 1.5
+
+
+def collected(*options: str, chromium: bool = True) -> list[str]:
+    """The ids of what ``pytest tests/test_browser.py notebooks`` would run, with ``options``; with ``chromium`` False,
+    as where none is installed (nbval then checks every notebook)."""
+    env = {**os.environ} if chromium else {**{k: v for k, v in os.environ.items() if k != "DPEDU_CHROMIUM"},
+                                           "PATH": str(Path(sys.executable).parent)}
+    listed = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                             "tests/test_browser.py", "notebooks", *options],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    assert listed.returncode == 0, listed.stdout[-2000:] + listed.stderr[-2000:]
+    return [line for line in listed.stdout.splitlines() if "::" in line]
+
+
+def test_the_two_parts_split_the_notebooks_run_and_only_lessons_without_timing_claims_run_beside_each_other():
+    """./course test runs ``--part=beside`` two at a time, then ``--part=alone``: between them all that one run would,
+    once; the first holds the browser test's lessons that judge no timing claim and its other tests, never an nbval
+    cell (a notebook's cells must stay in one kernel, so in one worker)."""
+    every, beside, alone = collected(), collected("--part=beside"), collected("--part=alone")
+    assert sorted(beside + alone) == sorted(every) and not set(beside) & set(alone)
+    assert all(line.startswith("tests/test_browser.py::") for line in beside)
+    lessons = {path.stem for group in course_notebooks() for path in group}
+    timed = {stem for stem in lessons if timing_claim_cells(ROOT / "notebooks" / f"{stem}.ipynb")}
+    assert len(timed) >= 5
+    ran_beside = [match[1] for line in beside if (match := re.search(r"\[([^\]]+)\]$", line))]
+    assert set(ran_beside) == lessons - timed
+    spans = [stored_cell_spans(ROOT / "notebooks" / f"{stem}.ipynb").values() for stem in ran_beside]
+    stored = [sum((end - start).total_seconds() for start, end in lesson) for lesson in spans]
+    assert stored == sorted(stored, reverse=True) and stored[0] > 2 * stored[-1]  # the longest first
+    assert len([line for line in beside if not line.endswith("]")]) == 2  # the check of itself, the handout
+    # without Chromium the browser test is skipped and nbval checks every notebook, each in the part run alone
+    assert all(line.startswith("tests/test_browser.py::") for line in collected("--part=beside", chromium=False))
 
 
 def test_readme_lists_every_lesson_with_its_study_time():
