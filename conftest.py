@@ -39,7 +39,8 @@ def _beside(item) -> bool:
         return False
     from dpedu.notebook.course import timing_claim_cells  # imports torch: only where a part is asked for
 
-    return _notebook(item) is None or not timing_claim_cells(_notebook(item))
+    notebook = _notebook(item)
+    return notebook is None or not timing_claim_cells(notebook)
 
 
 def _stored_seconds(item) -> float:
@@ -56,9 +57,11 @@ def pytest_collection_modifyitems(config, items):
     part = config.getoption("part")
     if part is None:
         return
-    kept = [item for item in items if _beside(item) == (part == "beside")]
+    kept, left_out = [], []
+    for item in items:
+        (kept if _beside(item) == (part == "beside") else left_out).append(item)
     if part == "beside":  # the longest lessons first, so that no lane is left with one at the end while the other waits
         kept.sort(key=_stored_seconds, reverse=True)
-    if len(kept) < len(items):
-        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
     items[:] = kept
