@@ -9,7 +9,8 @@ its slowest cells (index counting every cell from 0, markdown included, and firs
 code cell over the course's budget (15 s; 30 s for lessons 09, 10 and 13a). The times are wall-clock on
 this machine, once: run it on a quiet machine, and more than once before quoting a figure.
 With --stored nothing runs: the times are those the notebook recorded when it was last executed
-(nbclient stores each cell's start and end in its metadata), kernel start-up left out.
+(nbclient stores each cell's start and end in its metadata), each notebook's the sum of its cells' (kernel
+start-up and the time between cells left out).
 """
 
 import argparse
@@ -61,8 +62,9 @@ def stored_cell_times(path: Path) -> tuple[float, dict[int, float], nbformat.Not
     if not spans:
         raise SystemExit(f"{path.name} stores no cell times: execute it with nbconvert or nbclient first")
     seconds = {index: (end - start).total_seconds() for index, (start, end) in spans.items()}
-    total = (max(end for _, end in spans.values()) - min(start for start, _ in spans.values())).total_seconds()
-    return total, seconds, notebook
+    # The cells' own times summed, not first start to last end: a cell run again later (an edited first cell)
+    # would otherwise count the days between
+    return sum(seconds.values()), seconds, notebook
 
 
 def part_times(notebook: nbformat.NotebookNode, seconds: dict[int, float]) -> list[tuple[str, float]]:
