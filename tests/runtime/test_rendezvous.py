@@ -1,9 +1,11 @@
-"""loopback_interface: the loopback interface's name, or None where the OS cannot say."""
+"""loopback_interface: the loopback interface's name, or None where the OS cannot say; on_loopback: the variable
+that keeps gloo on it, left out where there is none."""
 
 import socket
 
 import pytest
 
+from dpedu.runtime import rendezvous
 from dpedu.runtime.rendezvous import loopback_interface, on_loopback
 
 
@@ -32,3 +34,9 @@ def test_none_where_python_cannot_list_interfaces(monkeypatch):
 def test_this_machine_has_one():
     assert loopback_interface() is not None
     assert on_loopback() == {"GLOO_SOCKET_IFNAME": loopback_interface()}
+
+
+def test_where_none_is_found_on_loopback_leaves_the_variable_out(monkeypatch):
+    # a None in an environment makes Popen raise: the ranks' environment must hold strings only
+    monkeypatch.setattr(rendezvous, "loopback_interface", lambda: None)
+    assert on_loopback() == {}

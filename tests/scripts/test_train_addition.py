@@ -1,9 +1,10 @@
 """dpedu.scripts.train_addition under torchrun: 1 and 2 ranks at the same global batch are the same run (to float
-rounding), and their summaries' MFU is tokens/s x FLOPs per token over the ranks' measured peak; stopped
-mid-epoch and resumed, a run ends bit-identical to an uninterrupted one; bad arguments fail fast, saying which
-argument is wrong; rank 0 alone logs loss, tokens/s and MFU, unless DPEDU_QUIET=1. Its ``train`` in launched
-ranks, with float16's GradScaler faked on CPU: the noise-scale record leaves out the steps the scaler skipped and
-holds unscaled norms; a checkpoint of another precision or device is refused with the script's message."""
+rounding), and their summaries' MFU is tokens/s x FLOPs per token over the ranks' measured peak; rank 0 alone logs
+loss, tokens/s and MFU, unless DPEDU_QUIET=1. Its ``train`` in launched ranks (each torchrun start costs seconds of
+imports; what these check is the script's, not torchrun's): stopped mid-epoch and resumed, a run ends bit-identical
+to an uninterrupted one; bad arguments fail fast, saying which argument is wrong; with float16's GradScaler faked on
+CPU, the noise-scale record leaves out the steps the scaler skipped and holds unscaled norms; a checkpoint of
+another precision or device is refused with the script's message."""
 
 import json
 import math
@@ -16,7 +17,7 @@ from unittest import mock
 import pytest
 import torch
 
-from dpedu import launch
+from dpedu import RankFailedError, launch
 from dpedu.runtime.commands import run_together
 from dpedu.runtime.rendezvous import loopback_interface
 from dpedu.scripts import train_addition
@@ -81,26 +82,24 @@ def test_one_and_two_ranks_at_the_same_global_batch_are_the_same_run(short_runs)
 def test_a_run_stopped_mid_epoch_and_resumed_ends_bit_identical_to_an_uninterrupted_one(tmp_path):
     # Dropout and accumulation make the random states and no_sync part of what must survive the restart.
     # Evaluating every 50 steps in the middle switches dropout off and on again: the run must not notice.
+    # In launched ranks: the subject is what the checkpoint holds, not torchrun (lesson 13a resumes under torchrun).
     unevaluated = [*SHORT, "--dropout", "0.1", "--accumulate", "2", "--checkpoint-every", "40"]
     run = [*unevaluated, "--eval-every", "50"]
-    stopped, whole = (torchrun(2, *run, "--checkpoint", str(tmp_path / name), *extra)
-                      for name, extra in (("stopped.pt", ["--stop-after-step", "100"]), ("whole.pt", [])))
-    first, uninterrupted, plain = run_together(
-        [stopped, whole, torchrun(2, *unevaluated, "--checkpoint", str(tmp_path / "plain.pt"))], timeout=120, env=ENV)
+    first, uninterrupted, plain = (
+        trained(2, *arguments, "--checkpoint", str(tmp_path / name))
+        for arguments, name in (([*run, "--stop-after-step", "100"], "stopped.pt"), (run, "whole.pt"),
+                                (unevaluated, "plain.pt")))
     # Stopped after step 100 "as if killed": the last checkpoint is step 80, epoch 2 at step 18 of 31.
-    assert summary(first) == {"stopped_after_step": 100, "checkpoint_step": 80}
+    assert first == {"stopped_after_step": 100, "checkpoint_step": 80}
     checkpoint = torch.load(tmp_path / "stopped.pt", weights_only=True)
     assert (checkpoint["step"], checkpoint["epoch"], checkpoint["position"]) == (80, 2, 18)
-    # (a checkpoint of another run is refused with the script's message: below, in the ranks of dpedu.launch)
-    (resumed,) = run_together([torchrun(2, *run, "--checkpoint", str(tmp_path / "stopped.pt"), "--resume")],
-                              timeout=120, env=ENV)
-    resumed, uninterrupted, plain = summary(resumed), summary(uninterrupted), summary(plain)
+    resumed = trained(2, *run, "--checkpoint", str(tmp_path / "stopped.pt"), "--resume")
     assert resumed["resumed_from_step"] == 80 and uninterrupted["resumed_from_step"] == 0
     assert resumed["losses"] == uninterrupted["losses"] and resumed["checksum"] == uninterrupted["checksum"]
     assert [step for step, _ in uninterrupted["heldout_curve"]] == [50, 100, 150]  # the last one: the final
     assert resumed["heldout_curve"] == uninterrupted["heldout_curve"]  # the evaluations before 80, kept
     assert uninterrupted["heldout_curve"][-1][1] == uninterrupted["heldout_accuracy"]
-    assert plain["losses"] == uninterrupted["losses"] and plain["heldout_curve"] == [[150, plain["heldout_accuracy"]]]
+    assert plain["losses"] == uninterrupted["losses"] and plain["heldout_curve"] == [(150, plain["heldout_accuracy"])]
     a, b = (torch.load(tmp_path / name, weights_only=True) for name in ("stopped.pt", "whole.pt"))
     assert a["step"] == b["step"] == 150
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in b["model"])
@@ -110,12 +109,11 @@ def test_a_run_stopped_mid_epoch_and_resumed_ends_bit_identical_to_an_uninterrup
 
 
 def test_a_global_batch_the_ranks_cannot_split_and_a_missing_checkpoint_fail_with_clear_errors(tmp_path):
-    bad_batch, no_checkpoint = run_together(
-        [torchrun(2, "--global-batch", "63"), torchrun(1, "--resume", "--checkpoint", str(tmp_path / "none.pt"))],
-        timeout=120, env=ENV)
-    assert bad_batch.returncode != 0
-    assert "--global-batch 63 must be a multiple of ranks x --accumulate = 2 x 1 = 2" in bad_batch.stderr
-    assert no_checkpoint.returncode != 0 and "there is no checkpoint at" in no_checkpoint.stderr
+    with pytest.raises(RankFailedError, match=re.escape("--global-batch 63 must be a multiple of ranks x --accumulate "
+                                                        "= 2 x 1 = 2")):
+        launch(run_train, 2, (["--global-batch", "63"],), timeout=60)
+    (no_checkpoint,) = launch(run_train, 1, (["--resume", "--checkpoint", str(tmp_path / "none.pt")],), timeout=60)
+    assert "there is no checkpoint at" in no_checkpoint["exit"]
 
 
 @pytest.mark.parametrize(("arguments", "message"), [
@@ -172,6 +170,13 @@ def run_train(argv: list[str], precision: str = "float32", init_scale: float | N
     except SystemExit as exit:
         return {"summary": None, "skipped": skipped, "exit": str(exit)}
     return {"summary": summary, "skipped": skipped, "exit": None}
+
+
+def trained(ranks: int, *argv: str) -> dict:
+    """Rank 0's summary of the script's ``train`` on ``ranks`` launched ranks, which must all finish."""
+    results = launch(run_train, ranks, (list(argv),), timeout=120)
+    assert all(result["exit"] is None for result in results), [result["exit"] for result in results]
+    return results[0]["summary"]
 
 
 def test_noise_scale_leaves_out_the_steps_the_scaler_skipped_and_records_unscaled_norms():

@@ -1,35 +1,44 @@
-"""dpedu.scripts.train_elastic: the global batch is split over whatever world torchrun gives it, so runs on
-1 and 2 workers end within float rounding of each other, and a checkpoint whose epochs had another
-length is refused. Lesson 10 (part 3) runs the elastic job itself, a node lost and one joining."""
+"""dpedu.scripts.train_elastic's own logic, in launched ranks: the global batch is split over whatever world it is
+given, so runs on 1 and 2 workers, and one resized from 2 workers to 1 at a checkpoint, end within float rounding
+of each other; a checkpoint whose epochs had another length is refused, and bad options before any process group.
+Lesson 10 (part 3) runs the elastic job itself under torchrun, a node lost and one joining, and asserts the same
+end against one process."""
 
-import subprocess
+import argparse
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from dpedu.runtime.commands import run_together
-from dpedu.runtime.rendezvous import on_loopback
+from dpedu import launch
 from dpedu.scripts import train_elastic
 
-ENV = {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", **on_loopback(), "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+
+def options(checkpoint: Path, steps: int) -> argparse.Namespace:
+    """The script's defaults but ``steps``, checkpointing every 10 steps into ``checkpoint``."""
+    return argparse.Namespace(steps=steps, global_batch_size=64, lr=0.05, momentum=0.9, checkpoint=str(checkpoint),
+                              checkpoint_every=10, leave_at_step=None, wait_at_step=None, full_world=None)
 
 
-def torchrun(workers: int, checkpoint: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={workers}",
-            "-m", "dpedu.scripts.train_elastic", "--checkpoint", str(checkpoint), *extra]
+def run(args: argparse.Namespace) -> tuple[dict, int]:
+    """On each launched rank, as the script's main runs it: one thread, the final parameters and the step it
+    resumed from."""
+    torch.set_num_threads(1)
+    state, start = train_elastic.train(args)
+    return state["model"], start
 
 
-def test_one_and_two_workers_end_within_float_rounding(tmp_path):
-    one, two = tmp_path / "one.pt", tmp_path / "two.pt"
-    runs = run_together([torchrun(1, tmp_path / "c1.pt", "--steps", "20", "--final", str(one)),
-                         torchrun(2, tmp_path / "c2.pt", "--steps", "20", "--final", str(two))], timeout=120, env=ENV)
-    assert all(run.returncode == 0 for run in runs), "\n".join(run.stderr[-3000:] for run in runs)
-    assert runs[1].stdout.splitlines() == ["2 worker(s), 32 examples each a step: starting at step 0",
-                                           "2 worker(s): from step 0 to step 20, replicas identical: True"]
-    a, b = torch.load(one, weights_only=True), torch.load(two, weights_only=True)
-    assert max((a[name] - b[name]).abs().max().item() for name in a) < 1e-6
+def test_one_and_two_workers_and_a_world_resized_at_a_checkpoint_end_within_float_rounding(tmp_path, capfd):
+    (one, _), = launch(run, 1, (options(tmp_path / "one.pt", 20),), timeout=60)
+    (two, _), _ = launch(run, 2, (options(tmp_path / "two.pt", 20),), timeout=60)
+    launch(run, 2, (options(tmp_path / "resized.pt", 10),), timeout=60)  # 2 workers to step 10's checkpoint
+    (resized, start), = launch(run, 1, (options(tmp_path / "resized.pt", 20),), timeout=60)  # then 1 to step 20
+    assert start == 10
+    assert capfd.readouterr().out.splitlines()[-1] == ("[rank 0] 1 worker(s), 64 examples each a step: resuming "
+                                                       "from the checkpoint of step 10, written by 2 worker(s)")
+    for other in (two, resized):
+        assert max((one[name] - other[name]).abs().max().item() for name in one) < 1e-6
 
 
 @pytest.fixture
@@ -54,7 +63,9 @@ def test_a_resize_that_changes_the_epochs_is_refused(four_workers):
     (["--leave-at-step", "0"], "must be >= 1"),
     (["--global-batch-size", "0"], "--global-batch-size >= 1"),
 ])
-def test_bad_options_are_refused_before_any_process_group(tmp_path, options, message):
-    done = subprocess.run([sys.executable, "-m", "dpedu.scripts.train_elastic", "--checkpoint", str(tmp_path / "c.pt"),
-                           *options], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2 and message in done.stderr
+def test_bad_options_are_refused_before_any_process_group(options, message, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["train_elastic", "--checkpoint", "unused.pt", *options])
+    monkeypatch.setattr(train_elastic.dist, "init_process_group", pytest.fail)  # reached: not refused before
+    with pytest.raises(SystemExit) as exit:
+        train_elastic.main()
+    assert exit.value.code == 2 and message in capsys.readouterr().err

@@ -1,46 +1,65 @@
-"""dpedu.scripts.train_resumable under torchrun: a run whose rank 1 is SIGKILLed, restarted by
-torchrun from the last checkpoint, ends with exactly the parameters of a run that never failed."""
+"""dpedu.scripts.train_resumable's own logic, in launched ranks: killed at a step, started again (as torchrun's
+restart does) from the last checkpoint, a run ends with exactly the parameters of a run that never failed; a
+checkpoint beyond --steps and bad options are refused, the options before any process group. Lesson 10 (part 2)
+runs the script under torchrun, the rank SIGKILLed and torchrun restarting it, and asserts the same end."""
 
+import argparse
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
-from dpedu.runtime.commands import run_together
-from dpedu.runtime.rendezvous import on_loopback
-
-# CPU ranks talking over loopback, as in lesson 03; the last variable lets a restart form its process
-# group (the script's docstring says why).
-ENV = {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", **on_loopback(), "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+from dpedu import RankFailedError, launch
+from dpedu.scripts import train_resumable
 
 
-def torchrun(directory: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "--max-restarts=1",
-            "-m", "dpedu.scripts.train_resumable", "--steps", "30", "--checkpoint-every", "10",
-            "--checkpoint", str(directory / "checkpoint.pt"), "--final", str(directory / "final.pt"), *extra]
+def options(directory: Path, **changed) -> argparse.Namespace:
+    """The script's options for a 30-step run checkpointing every 10 steps into ``directory``."""
+    return argparse.Namespace(**{"steps": 30, "batch_size": 32, "lr": 0.05, "momentum": 0.9,
+                                 "checkpoint": str(directory / "checkpoint.pt"), "checkpoint_every": 10,
+                                 "kill_rank": None, "kill_at_step": None, **changed})
 
 
-def test_a_killed_run_resumes_from_its_checkpoint_and_ends_like_an_uninterrupted_one(tmp_path):
+def run(args: argparse.Namespace, attempt: int) -> tuple[dict, int]:
+    """On each launched rank, as the script's main runs it: one thread, the model's final parameters."""
+    torch.set_num_threads(1)
+    state, start = train_resumable.train(args, attempt)
+    return state["model"], start
+
+
+def test_a_killed_run_started_again_resumes_from_its_checkpoint_and_ends_like_an_uninterrupted_one(tmp_path, capfd):
     killed, whole = tmp_path / "killed", tmp_path / "whole"
     killed.mkdir()
     whole.mkdir()
-    # Both at once (each --standalone picks a free port of its own): the test takes one run's time.
-    a, b = run_together([torchrun(killed, "--kill-rank", "0", "--kill-at-step", "25"), torchrun(whole)],
-                        timeout=120, cwd=str(tmp_path), env=ENV)
-    assert a.returncode == 0, a.stderr[-3000:]
-    assert b.returncode == 0, b.stderr[-3000:]
-    # torchrun saw the SIGKILL, then restarted. Rank 0 is the one killed: torchrun names the failure it saw
-    # first, to the second, and the lower rank on a tie, so a killed rank 1 could be named as rank 0's reaction.
-    assert "failed (exitcode: -9) local_rank: 0" in a.stderr
-    # Step 25 is killed, so the restart resumes from the checkpoint of step 20 (crossing into the
+    # Step 25 is killed, so the next attempt resumes from the checkpoint of step 20 (crossing into the
     # sampler's second epoch at step 22) and replays steps 20 to 24.
-    assert a.stdout.splitlines() == [
-        "attempt 1: resuming from the checkpoint of step 20",
-        "attempt 1: resumed from step 20, ran 10 steps, finished at step 30, replicas identical: True"]
-    assert b.stdout.splitlines() == [
-        "attempt 0: resumed from step 0, ran 30 steps, finished at step 30, replicas identical: True"]
-    resumed = torch.load(killed / "final.pt", weights_only=True)
-    uninterrupted = torch.load(whole / "final.pt", weights_only=True)
+    crash = options(killed, kill_rank=0, kill_at_step=25)
+    with pytest.raises(RankFailedError, match="rank 0"):
+        launch(run, 2, (crash, 0), timeout=60)
+    assert torch.load(killed / "checkpoint.pt", weights_only=True)["step"] == 20
+    (resumed, start), _ = launch(run, 2, (crash, 1), timeout=60)  # attempt 1: torchrun's first restart
+    (uninterrupted, from_scratch), _ = launch(run, 2, (options(whole), 0), timeout=60)
+    assert (start, from_scratch) == (20, 0)
+    assert "attempt 1: resuming from the checkpoint of step 20" in capfd.readouterr().out
     assert resumed.keys() == uninterrupted.keys()
     assert all(torch.equal(resumed[name], uninterrupted[name]) for name in resumed)
     assert torch.load(killed / "checkpoint.pt", weights_only=True)["step"] == 30
+
+
+def test_a_checkpoint_beyond_the_steps_is_refused(tmp_path):
+    launch(run, 2, (options(tmp_path), 0), timeout=60)  # checkpoints step 30
+    with pytest.raises(RankFailedError, match="the checkpoint is at step 30, beyond --steps 20"):
+        launch(run, 2, (options(tmp_path, steps=20), 0), timeout=60)
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    (["--kill-rank", "0"], "--kill-rank and --kill-at-step go together"),
+    (["--checkpoint-every", "0"], "--steps must be >= 0 and --checkpoint-every >= 1"),
+])
+def test_bad_options_are_refused_before_any_process_group(arguments, message, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["train_resumable", "--checkpoint", "unused.pt", *arguments])
+    monkeypatch.setattr(train_resumable.dist, "init_process_group", pytest.fail)  # reached: not refused before
+    with pytest.raises(SystemExit) as exit:
+        train_resumable.main()
+    assert exit.value.code == 2 and message in capsys.readouterr().err
