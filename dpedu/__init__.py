@@ -37,7 +37,7 @@ model and data, so it takes only settings by keyword, or first the one thing it 
 # Raised whenever a file of dpedu changes (tests/test_packaging.py fails on a forgotten raise): pip installs a
 # wheel over an installed dpedu only if its version differs, and every notebook's first cell asks for this one or
 # later, so a learner with an older dpedu is told to reinstall, not left to fail mid-lesson.
-__version__ = "0.2.7"
+__version__ = "0.2.8"
 
 from dpedu.data_parallel.collectives import ring_all_reduce
 from dpedu.data_parallel.mini_ddp import MiniDDP

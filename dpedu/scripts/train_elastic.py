@@ -110,7 +110,9 @@ def train(args: argparse.Namespace) -> tuple[dict, int]:
     return state, start
 
 
-def main() -> None:
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line's options (``sys.argv`` without ``argv``); a bad one exits with its message, before any
+    process group exists."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=60, help="optimizer steps in the whole run")
     parser.add_argument("--global-batch-size", type=int, default=64, help="examples per step, all workers together")
@@ -123,14 +125,18 @@ def main() -> None:
     parser.add_argument("--wait-at-step", type=int, default=None, help="wait here for a node to join")
     parser.add_argument("--full-world", type=int, default=None, help="workers in the whole job (--wait-at-step)")
     parser.add_argument("--join-timeout", type=float, default=60.0, help="seconds to wait for a node to join")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.steps < 0 or args.checkpoint_every < 1 or args.global_batch_size < 1:
         parser.error("--steps must be >= 0, --checkpoint-every and --global-batch-size >= 1")
     if (args.wait_at_step is None) != (args.full_world is None):
         parser.error("--wait-at-step and --full-world go together")
     if any(s is not None and s < 1 for s in (args.leave_at_step, args.wait_at_step)):
         parser.error("--leave-at-step and --wait-at-step must be >= 1")
+    return args
 
+
+def main() -> None:
+    args = arguments()
     dist.init_process_group("gloo")  # reads the variables torchrun set
     torch.set_num_threads(1)
     try:

@@ -67,7 +67,9 @@ def train(args: argparse.Namespace, attempt: int) -> tuple[dict, int]:
     return state, start
 
 
-def main() -> None:
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line's options (``sys.argv`` without ``argv``); a bad one exits with its message, before any
+    process group exists."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=60, help="optimizer steps in the whole run")
     parser.add_argument("--batch-size", type=int, default=32, help="examples per rank per step")
@@ -78,12 +80,16 @@ def main() -> None:
     parser.add_argument("--final", help="where rank 0 saves the final parameters")
     parser.add_argument("--kill-rank", type=int, default=None)
     parser.add_argument("--kill-at-step", type=int, default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.steps < 0 or args.checkpoint_every < 1:
         parser.error("--steps must be >= 0 and --checkpoint-every >= 1")
     if (args.kill_rank is None) != (args.kill_at_step is None):
         parser.error("--kill-rank and --kill-at-step go together")
+    return args
 
+
+def main() -> None:
+    args = arguments()
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))  # 0 first, 1 after one restart, ...
     if (int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")) > 0 and os.environ.get("RANK") == "0"
             and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"):  # the case the docstring warns of

@@ -1,24 +1,24 @@
 """dpedu.scripts.train_elastic's own logic, in launched ranks: the global batch is split over whatever world it is
-given, so runs on 1 and 2 workers, and one resized from 2 workers to 1 at a checkpoint, end within float rounding
-of each other; a checkpoint whose epochs had another length is refused, and bad options before any process group.
-Lesson 10 (part 3) runs the elastic job itself under torchrun, a node lost and one joining, and asserts the same
-end against one process."""
+given, so a run on 2 workers, and one resized from 2 workers to 1 at a checkpoint, end within float rounding of one
+process taking the whole batch; a checkpoint whose epochs had another length is refused, and so are bad options,
+before any process group. Lesson 10 (part 3) runs the elastic job itself under torchrun, a node lost and one
+joining, and asserts the same end."""
 
 import argparse
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from dpedu import launch
+from dpedu.data_parallel import digits_ddp
 from dpedu.scripts import train_elastic
 
 
 def options(checkpoint: Path, steps: int) -> argparse.Namespace:
-    """The script's defaults but ``steps``, checkpointing every 10 steps into ``checkpoint``."""
-    return argparse.Namespace(steps=steps, global_batch_size=64, lr=0.05, momentum=0.9, checkpoint=str(checkpoint),
-                              checkpoint_every=10, leave_at_step=None, wait_at_step=None, full_world=None)
+    """The script's options for ``steps`` steps (its defaults otherwise: a global batch of 64, a checkpoint every 10
+    steps), checkpointing into ``checkpoint``."""
+    return train_elastic.arguments(["--steps", str(steps), "--checkpoint", str(checkpoint)])
 
 
 def run(args: argparse.Namespace) -> tuple[dict, int]:
@@ -29,8 +29,10 @@ def run(args: argparse.Namespace) -> tuple[dict, int]:
     return state["model"], start
 
 
-def test_one_and_two_workers_and_a_world_resized_at_a_checkpoint_end_within_float_rounding(tmp_path, capfd):
-    (one, _), = launch(run, 1, (options(tmp_path / "one.pt", 20),), timeout=60)
+def test_two_workers_and_a_world_resized_at_a_checkpoint_end_within_float_rounding_of_one_process(tmp_path, capfd):
+    args = options(tmp_path / "unused.pt", 20)
+    one = digits_ddp.train(steps=20, batch_size=args.global_batch_size, lr=args.lr, momentum=args.momentum,
+                           ddp=False)["model"]  # one process, the whole global batch, no checkpoints
     (two, _), _ = launch(run, 2, (options(tmp_path / "two.pt", 20),), timeout=60)
     launch(run, 2, (options(tmp_path / "resized.pt", 10),), timeout=60)  # 2 workers to step 10's checkpoint
     (resized, start), = launch(run, 1, (options(tmp_path / "resized.pt", 20),), timeout=60)  # then 1 to step 20
@@ -63,9 +65,7 @@ def test_a_resize_that_changes_the_epochs_is_refused(four_workers):
     (["--leave-at-step", "0"], "must be >= 1"),
     (["--global-batch-size", "0"], "--global-batch-size >= 1"),
 ])
-def test_bad_options_are_refused_before_any_process_group(options, message, monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["train_elastic", "--checkpoint", "unused.pt", *options])
-    monkeypatch.setattr(train_elastic.dist, "init_process_group", pytest.fail)  # reached: not refused before
-    with pytest.raises(SystemExit) as exit:
-        train_elastic.main()
+def test_bad_options_are_refused_before_any_process_group(options, message, capsys):
+    with pytest.raises(SystemExit) as exit:  # arguments() is main's first step: no process group exists yet
+        train_elastic.arguments(["--checkpoint", "unused.pt", *options])
     assert exit.value.code == 2 and message in capsys.readouterr().err

@@ -1,24 +1,24 @@
 """dpedu.scripts.train_resumable's own logic, in launched ranks: killed at a step, started again (as torchrun's
-restart does) from the last checkpoint, a run ends with exactly the parameters of a run that never failed; a
-checkpoint beyond --steps and bad options are refused, the options before any process group. Lesson 10 (part 2)
-runs the script under torchrun, the rank SIGKILLed and torchrun restarting it, and asserts the same end."""
+restart does) from the last checkpoint, a run ends with exactly the parameters of a run that never failed, within
+float rounding of one process taking both ranks' batches; a checkpoint beyond --steps and bad options are refused,
+the options before any process group. Lesson 10 (part 2) runs the script under torchrun, the rank SIGKILLed and
+torchrun restarting it, and asserts the same end."""
 
 import argparse
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from dpedu import RankFailedError, launch
+from dpedu.data_parallel import digits_ddp
 from dpedu.scripts import train_resumable
 
 
-def options(directory: Path, **changed) -> argparse.Namespace:
-    """The script's options for a 30-step run checkpointing every 10 steps into ``directory``."""
-    return argparse.Namespace(**{"steps": 30, "batch_size": 32, "lr": 0.05, "momentum": 0.9,
-                                 "checkpoint": str(directory / "checkpoint.pt"), "checkpoint_every": 10,
-                                 "kill_rank": None, "kill_at_step": None, **changed})
+def options(directory: Path, *extra: str) -> argparse.Namespace:
+    """The script's options for a 30-step run checkpointing every 10 steps into ``directory``, and ``extra``."""
+    return train_resumable.arguments(["--steps", "30", "--checkpoint-every", "10",
+                                      "--checkpoint", str(directory / "checkpoint.pt"), *extra])
 
 
 def run(args: argparse.Namespace, attempt: int) -> tuple[dict, int]:
@@ -34,7 +34,7 @@ def test_a_killed_run_started_again_resumes_from_its_checkpoint_and_ends_like_an
     whole.mkdir()
     # Step 25 is killed, so the next attempt resumes from the checkpoint of step 20 (crossing into the
     # sampler's second epoch at step 22) and replays steps 20 to 24.
-    crash = options(killed, kill_rank=0, kill_at_step=25)
+    crash = options(killed, "--kill-rank", "0", "--kill-at-step", "25")
     with pytest.raises(RankFailedError, match="rank 0"):
         launch(run, 2, (crash, 0), timeout=60)
     assert torch.load(killed / "checkpoint.pt", weights_only=True)["step"] == 20
@@ -44,22 +44,24 @@ def test_a_killed_run_started_again_resumes_from_its_checkpoint_and_ends_like_an
     assert "attempt 1: resuming from the checkpoint of step 20" in capfd.readouterr().out
     assert resumed.keys() == uninterrupted.keys()
     assert all(torch.equal(resumed[name], uninterrupted[name]) for name in resumed)
+    args = options(whole)
+    one = digits_ddp.train(steps=30, batch_size=2 * args.batch_size, lr=args.lr, momentum=args.momentum,
+                           ddp=False)["model"]  # one process, both ranks' batches, no stops
+    assert max((one[name] - uninterrupted[name]).abs().max().item() for name in one) < 1e-6
     assert torch.load(killed / "checkpoint.pt", weights_only=True)["step"] == 30
 
 
 def test_a_checkpoint_beyond_the_steps_is_refused(tmp_path):
     launch(run, 2, (options(tmp_path), 0), timeout=60)  # checkpoints step 30
     with pytest.raises(RankFailedError, match="the checkpoint is at step 30, beyond --steps 20"):
-        launch(run, 2, (options(tmp_path, steps=20), 0), timeout=60)
+        launch(run, 2, (options(tmp_path, "--steps", "20"), 0), timeout=60)
 
 
 @pytest.mark.parametrize(("arguments", "message"), [
     (["--kill-rank", "0"], "--kill-rank and --kill-at-step go together"),
     (["--checkpoint-every", "0"], "--steps must be >= 0 and --checkpoint-every >= 1"),
 ])
-def test_bad_options_are_refused_before_any_process_group(arguments, message, monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["train_resumable", "--checkpoint", "unused.pt", *arguments])
-    monkeypatch.setattr(train_resumable.dist, "init_process_group", pytest.fail)  # reached: not refused before
-    with pytest.raises(SystemExit) as exit:
-        train_resumable.main()
+def test_bad_options_are_refused_before_any_process_group(arguments, message, capsys):
+    with pytest.raises(SystemExit) as exit:  # arguments() is main's first step: no process group exists yet
+        train_resumable.arguments(["--checkpoint", "unused.pt", *arguments])
     assert exit.value.code == 2 and message in capsys.readouterr().err
