@@ -34,9 +34,10 @@ RUNNERS = ["pytest", "nbval", "pytest-timeout"]
 #   run here on the newest torch as well as by pass 1;
 # - ONCE: what it checks is dpedu's own logic over tensor arithmetic every release computes alike, the process
 #   handling of dpedu.launch and its warm ranks (Python's multiprocessing; every lesson here launches ranks
-#   from a forkserver), the course's scripts (every one of them runs under torchrun in a lesson of every pass:
-#   train_ddp in 03 and 09, train_resumable and train_elastic in 10, train_addition in 13; what their tests add
-#   is the scripts' own checks and messages), or the repository's files: pass 1 alone runs it.
+#   from a forkserver), the course's scripts (each runs in a lesson of passes 1, 2 and 3: under torchrun
+#   train_ddp in 03 and 09, train_resumable and train_elastic in 10, train_addition in 13a, train_accelerate in
+#   14 (and under accelerate launch), mpi_torch in 09 (and under mpiexec); mpi_allreduce under mpiexec in 09;
+#   what their tests add is the scripts' own checks and messages), or the repository's files: pass 1 alone runs it.
 ON_EVERY_TORCH = ["tests/beyond", "tests/data_parallel", "tests/frameworks", "tests/training_run",
                   "tests/cluster/test_checkpoints.py", "tests/cluster/test_circulating_code.py",
                   "tests/cluster/test_rank_variables.py", "tests/cluster/test_troubleshooting.py",

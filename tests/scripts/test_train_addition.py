@@ -2,9 +2,10 @@
 rounding), and their summaries' MFU is tokens/s x FLOPs per token over the ranks' measured peak; rank 0 alone logs
 loss, tokens/s and MFU, unless DPEDU_QUIET=1. Its ``train`` in launched ranks (each torchrun start costs seconds of
 imports; what these check is the script's, not torchrun's): stopped mid-epoch and resumed, a run ends bit-identical
-to an uninterrupted one; bad arguments fail fast, saying which argument is wrong; with float16's GradScaler faked on
-CPU, the noise-scale record leaves out the steps the scaler skipped and holds unscaled norms; a checkpoint of
-another precision or device is refused with the script's message."""
+to an uninterrupted one; a global batch the ranks cannot split and a missing checkpoint are refused by name; with
+float16's GradScaler faked on CPU, the noise-scale record leaves out the steps the scaler skipped and holds unscaled
+norms; a checkpoint of another precision or device is refused with the script's message. Its ``arguments`` in this
+process: bad arguments fail fast, saying which argument is wrong."""
 
 import json
 import math
