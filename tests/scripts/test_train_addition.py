@@ -4,8 +4,8 @@ loss, tokens/s and MFU, unless DPEDU_QUIET=1. Its ``train`` in launched ranks (e
 imports; what these check is the script's, not torchrun's): stopped mid-epoch and resumed, a run ends bit-identical
 to an uninterrupted one; a global batch the ranks cannot split and a missing checkpoint are refused by name; with
 float16's GradScaler faked on CPU, the noise-scale record leaves out the steps the scaler skipped and holds unscaled
-norms; a checkpoint of another precision or device is refused with the script's message. Its ``arguments`` in this
-process: bad arguments fail fast, saying which argument is wrong."""
+norms; a checkpoint of another precision or device is refused with the script's message. Bad arguments:
+test_arguments.py."""
 
 import json
 import math
@@ -115,20 +115,6 @@ def test_a_global_batch_the_ranks_cannot_split_and_a_missing_checkpoint_fail_wit
         launch(run_train, 2, (["--global-batch", "63"],), timeout=60)
     (no_checkpoint,) = launch(run_train, 1, (["--resume", "--checkpoint", str(tmp_path / "none.pt")],), timeout=60)
     assert "there is no checkpoint at" in no_checkpoint["exit"]
-
-
-@pytest.mark.parametrize(("arguments", "message"), [
-    (["--steps", "0"], "--steps must be >= 1, got 0"),
-    (["--eval-every", "-1"], "--eval-every must be >= 0, got -1"),
-    (["--warmup", "1000"], "--warmup must be smaller than --steps, got 1000 >= 1000"),
-    (["--resume"], "--resume and --checkpoint-every need --checkpoint FILE"),
-    (["--stop-after-step", "1000"], "--stop-after-step must be from 1 to --steps - 1 = 999"),
-    (["--precision", "half"], "argument --precision: invalid choice: 'half'"),
-])
-def test_bad_arguments_are_refused_before_any_rank_starts(arguments, message, capsys):
-    with pytest.raises(SystemExit) as exit:
-        train_addition.arguments(arguments)
-    assert exit.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_float16_is_refused_on_the_cpu():

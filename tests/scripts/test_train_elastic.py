@@ -1,7 +1,7 @@
 """dpedu.scripts.train_elastic's own logic, in launched ranks: the global batch is split over whatever world it is
 given, so a run on 2 workers, and one resized from 2 workers to 1 at a checkpoint, end within float rounding of one
-process taking the whole batch; a checkpoint whose epochs had another length is refused, and so are bad options,
-before any process group. Lesson 10 (part 3) runs the elastic job itself under torchrun, a node lost and one
+process taking the whole batch; a checkpoint whose epochs had another length is refused (bad options:
+test_arguments.py). Lesson 10 (part 3) runs the elastic job itself under torchrun, a node lost and one
 joining, and asserts the same end."""
 
 import argparse
@@ -58,14 +58,3 @@ def test_a_resize_that_changes_the_epochs_is_refused(four_workers):
         train_elastic.batch_for_this_world(80, {"steps_per_epoch": 17})
     with pytest.raises(SystemExit, match="--global-batch-size 66 does not divide among 4 workers"):
         train_elastic.batch_for_this_world(66, None)
-
-
-@pytest.mark.parametrize(("options", "message"), [
-    (["--wait-at-step", "5"], "--wait-at-step and --full-world go together"),
-    (["--leave-at-step", "0"], "must be >= 1"),
-    (["--global-batch-size", "0"], "--global-batch-size >= 1"),
-])
-def test_bad_options_are_refused_before_any_process_group(options, message, capsys):
-    with pytest.raises(SystemExit) as exit:  # arguments() is main's first step: no process group exists yet
-        train_elastic.arguments(["--checkpoint", "unused.pt", *options])
-    assert exit.value.code == 2 and message in capsys.readouterr().err

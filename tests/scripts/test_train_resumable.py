@@ -1,7 +1,7 @@
 """dpedu.scripts.train_resumable's own logic, in launched ranks: killed at a step, started again (as torchrun's
 restart does) from the last checkpoint, a run ends with exactly the parameters of a run that never failed, within
-float rounding of one process taking both ranks' batches; a checkpoint beyond --steps and bad options are refused,
-the options before any process group. Lesson 10 (part 2) runs the script under torchrun, the rank SIGKILLed and
+float rounding of one process taking both ranks' batches; a checkpoint beyond --steps is refused (bad options:
+test_arguments.py). Lesson 10 (part 2) runs the script under torchrun, the rank SIGKILLed and
 torchrun restarting it, and asserts the same end."""
 
 import argparse
@@ -55,13 +55,3 @@ def test_a_checkpoint_beyond_the_steps_is_refused(tmp_path):
     launch(run, 2, (options(tmp_path), 0), timeout=60)  # checkpoints step 30
     with pytest.raises(RankFailedError, match="the checkpoint is at step 30, beyond --steps 20"):
         launch(run, 2, (options(tmp_path, "--steps", "20"), 0), timeout=60)
-
-
-@pytest.mark.parametrize(("arguments", "message"), [
-    (["--kill-rank", "0"], "--kill-rank and --kill-at-step go together"),
-    (["--checkpoint-every", "0"], "--steps must be >= 0 and --checkpoint-every >= 1"),
-])
-def test_bad_options_are_refused_before_any_process_group(arguments, message, capsys):
-    with pytest.raises(SystemExit) as exit:  # arguments() is main's first step: no process group exists yet
-        train_resumable.arguments(["--checkpoint", "unused.pt", *arguments])
-    assert exit.value.code == 2 and message in capsys.readouterr().err
