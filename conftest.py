@@ -45,11 +45,10 @@ def _beside(item) -> bool:
 
 def _stored_seconds(item) -> float:
     """How long the lesson's cells took when it was last executed (0 for a test that runs none)."""
-    from dpedu.notebook.course import stored_cell_spans
+    from dpedu.notebook.course import stored_cell_seconds
 
     notebook = _notebook(item)
-    spans = stored_cell_spans(notebook).values() if notebook else []
-    return sum((end - start).total_seconds() for start, end in spans)
+    return sum(stored_cell_seconds(notebook).values()) if notebook else 0.0
 
 
 @pytest.hookimpl(trylast=True)  # after tests/conftest.py has left out of nbval the notebooks the browser test runs

@@ -22,7 +22,7 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-from dpedu.notebook.course import course_notebooks, lesson_id, stored_cell_spans
+from dpedu.notebook.course import course_notebooks, lesson_id, stored_cell_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
 CELL_BUDGET_S = {"09": 30.0, "10": 30.0, "13a": 30.0}  # lessons that start torchrun, mpiexec and Slurm jobs
@@ -58,10 +58,9 @@ def cell_times(path: Path) -> tuple[float, dict[int, float], nbformat.NotebookNo
 def stored_cell_times(path: Path) -> tuple[float, dict[int, float], nbformat.NotebookNode]:
     """Like ``cell_times``, from the times stored in ``path`` by its last execution (no kernel runs)."""
     notebook = nbformat.read(path, as_version=4)
-    spans = stored_cell_spans(path)
-    if not spans:
+    seconds = stored_cell_seconds(path)
+    if not seconds:
         raise SystemExit(f"{path.name} stores no cell times: execute it with nbconvert or nbclient first")
-    seconds = {index: (end - start).total_seconds() for index, (start, end) in spans.items()}
     # The cells' own times summed, not first start to last end: a cell run again later (an edited first cell)
     # would otherwise count the days between
     return sum(seconds.values()), seconds, notebook

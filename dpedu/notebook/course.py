@@ -81,16 +81,17 @@ def timing_claim_cells(notebook: str | Path) -> list[int]:
             if cell["cell_type"] == "code" and "timing_claim(" in source(cell)]
 
 
-def stored_cell_spans(notebook: str | Path) -> dict[int, tuple[datetime, datetime]]:
-    """When each code cell of ``notebook`` started and ended the last time it ran, by index (every cell counted from
-    0), from the times nbclient and JupyterLab store in its metadata; cells with none stored are left out."""
-    spans = {}
+def stored_cell_seconds(notebook: str | Path) -> dict[int, float]:
+    """How long each code cell of ``notebook`` took the last time it ran, by index (every cell counted from 0), from
+    the start and end nbclient and JupyterLab store in its metadata; cells with none stored are left out."""
+    seconds = {}
     for index, cell in enumerate(_cells(notebook)):
         stamps = cell.get("metadata", {}).get("execution", {})
         if cell["cell_type"] == "code" and "iopub.execute_input" in stamps and "shell.execute_reply" in stamps:
-            spans[index] = tuple(datetime.fromisoformat(stamps[key].replace("Z", "+00:00"))
-                                 for key in ("iopub.execute_input", "shell.execute_reply"))
-    return spans
+            start, end = (datetime.fromisoformat(stamps[key].replace("Z", "+00:00"))
+                          for key in ("iopub.execute_input", "shell.execute_reply"))
+            seconds[index] = (end - start).total_seconds()
+    return seconds
 
 
 def study_minutes(notebook: str | Path) -> int:

@@ -16,7 +16,7 @@ from dpedu.notebook.course import (  # noqa: E402
     draw_course_map,
     exercise_minutes,
     lesson_id,
-    stored_cell_spans,
+    stored_cell_seconds,
     study_minutes,
     timing_claim_cells,
 )
@@ -105,15 +105,14 @@ def test_the_cells_that_judge_a_timing_claim_are_the_code_cells_that_call_it(tmp
         timing_claim_cells(tmp_path / "missing.ipynb")
 
 
-def test_the_stored_spans_are_each_code_cells_last_run_where_one_is_stored(tmp_path):
+def test_the_stored_seconds_are_each_code_cells_last_run_where_one_is_stored(tmp_path):
     ran = {"execution": {"iopub.execute_input": "2026-12-01T10:00:00.500000Z",
                          "shell.execute_reply": "2026-12-01T10:00:02Z"}}
     cells = [{"cell_type": "code", "source": "work()", "metadata": ran},
              {"cell_type": "markdown", "source": "prose", "metadata": ran},  # not a code cell
              {"cell_type": "code", "source": "never_run()", "metadata": {}}]
     (path := tmp_path / "lesson.ipynb").write_text(json.dumps({"cells": cells}))
-    ((index, (start, end)),) = stored_cell_spans(path).items()
-    assert index == 0 and (end - start).total_seconds() == 1.5
+    assert stored_cell_seconds(path) == {0: 1.5}
 
 
 def collected(*options: str, chromium: bool = True) -> list[str]:
@@ -140,8 +139,7 @@ def test_the_two_parts_split_the_notebooks_run_and_only_lessons_without_timing_c
     assert len(timed) >= 5
     ran_beside = [match[1] for line in beside if (match := re.search(r"\[([^\]]+)\]$", line))]
     assert set(ran_beside) == lessons - timed
-    spans = [stored_cell_spans(ROOT / "notebooks" / f"{stem}.ipynb").values() for stem in ran_beside]
-    stored = [sum((end - start).total_seconds() for start, end in lesson) for lesson in spans]
+    stored = [sum(stored_cell_seconds(ROOT / "notebooks" / f"{stem}.ipynb").values()) for stem in ran_beside]
     assert stored == sorted(stored, reverse=True) and stored[0] > 2 * stored[-1]  # the longest first
     assert len([line for line in beside if not line.endswith("]")]) == 2  # the check of itself, the handout
     # without Chromium the browser test is skipped and nbval checks every notebook, each in the part run alone
